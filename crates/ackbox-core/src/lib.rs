@@ -1,0 +1,34 @@
+//! Domain types shared by every ackbox crate: SQS limits and error codes,
+//! queue names and attributes, message attributes and their digests, receipt
+//! handles and the clock.
+//!
+//! Nothing here knows about HTTP or SQL; the engine, the server and the SDK all
+//! build on these types so that a limit or an error code is defined once.
+//!
+//! # Layout
+//! - [`error`]: [`ErrorCode`](error::ErrorCode) and [`SqsError`](error::SqsError).
+//! - [`limits`]: the numeric limits of SQS.
+//! - [`queue_name`]: queue names, URLs, ARNs and the [`Realm`](queue_name::Realm).
+//! - [`attributes`]: queue attributes with their ranges and defaults.
+//! - [`message`]: message attributes, body rules and size.
+//! - [`digest`]: `MD5OfMessageBody` and `MD5OfMessageAttributes`.
+//! - [`receipt`]: sealed receipt handles.
+//! - [`clock`]: [`Clock`](clock::Clock), system and manual.
+//!
+//! # Example
+//! ```
+//! use ackbox_core::queue_name::{QueueName, Realm};
+//! let name: QueueName = "orders".parse()?;
+//! assert_eq!(Realm::default().queue_arn(&name), "arn:aws:sqs:us-east-1:000000000000:orders");
+//! # Ok::<(), ackbox_core::error::SqsError>(())
+//! ```
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod attributes;
+pub mod clock;
+pub mod digest;
+pub mod error;
+pub mod limits;
+pub mod message;
+pub mod queue_name;
+pub mod receipt;

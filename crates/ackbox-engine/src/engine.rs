@@ -1,0 +1,548 @@
+//! The [`Engine`]: SQS queue semantics over a [`Store`].
+//!
+//! The engine validates requests against SQS limits, reads the clock once per
+//! request, seals and opens receipt handles, and wakes long pollers. It holds
+//! no state the store does not also hold, apart from caches and notifiers that
+//! a restart rebuilds.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ackbox_core::attributes::{QueueAttributes, is_known_attribute_name};
+use ackbox_core::clock::{Clock, Timestamp};
+use ackbox_core::error::{ErrorCode, SqsError};
+use ackbox_core::limits::{
+    MAX_LIST_QUEUES_RESULTS, MAX_QUEUE_TAGS, MAX_TAG_KEY_LEN, MAX_TAG_VALUE_LEN,
+    PURGE_COOLDOWN_SECONDS, QUEUE_RECREATE_COOLDOWN_SECONDS,
+};
+use ackbox_core::queue_name::{QueueName, Realm};
+use ackbox_core::receipt::ReceiptKey;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::EngineError;
+use crate::queue::{Queue, QueueSnapshot, Registry};
+use crate::reaper;
+use crate::store::{
+    QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams,
+    QueueStatsParams, QueueUpdateParams, Store,
+};
+
+/// How the engine is set up.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Region and account that appear in ARNs and URLs.
+    pub realm: Realm,
+    /// The key that seals receipt handles; keep it across restarts so handles
+    /// issued before a restart still work after it.
+    pub receipt_key: ReceiptKey,
+    /// How often expired messages are swept out.
+    pub retention_sweep_interval: Duration,
+}
+
+impl EngineConfig {
+    /// A configuration with the default realm and sweep interval.
+    pub fn new(receipt_key: ReceiptKey) -> Self {
+        Self {
+            realm: Realm::default(),
+            receipt_key,
+            retention_sweep_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A cheap, cloneable handle to the queue engine.
+///
+/// Background work (the retention sweeper) stops with [`Engine::shutdown`],
+/// which also flushes and closes the store.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) config: EngineConfig,
+    pub(crate) registry: Registry,
+    /// Serialises queue creation, deletion and attribute changes, so the
+    /// registry and the store never disagree about which queues exist.
+    admin: tokio::sync::Mutex<()>,
+    /// Cancelled at shutdown: long polls return, background tasks stop.
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) tasks: TaskTracker,
+}
+
+/// The attributes GetQueueAttributes returns, by wire name.
+pub type AttributeMap = BTreeMap<String, String>;
+
+impl Engine {
+    /// Loads every queue from `store` and starts background work.
+    pub async fn start(
+        config: EngineConfig,
+        store: Arc<dyn Store>,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self, EngineError> {
+        let registry = Registry::default();
+        for record in store.queue_list().await? {
+            registry.insert(Arc::new(Queue::from_record(record)?));
+        }
+        let engine = Self {
+            inner: Arc::new(Inner {
+                store,
+                clock,
+                config,
+                registry,
+                admin: tokio::sync::Mutex::new(()),
+                shutdown: CancellationToken::new(),
+                tasks: TaskTracker::new(),
+            }),
+        };
+        reaper::spawn(&engine);
+        Ok(engine)
+    }
+
+    /// Stops background work, ends long polls, then flushes and closes the store.
+    pub async fn shutdown(&self) -> Result<(), EngineError> {
+        self.inner.shutdown.cancel();
+        self.inner.tasks.close();
+        self.inner.tasks.wait().await;
+        self.inner.store.close().await?;
+        Ok(())
+    }
+
+    /// The region and account of this engine.
+    pub fn realm(&self) -> &Realm {
+        &self.inner.config.realm
+    }
+
+    /// The current time by the engine's clock.
+    pub fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    /// A token cancelled when the engine shuts down.
+    pub fn shutdown_token(&self) -> CancellationToken {
+        self.inner.shutdown.clone()
+    }
+
+    /// The live queue `name`, from the cache or the store.
+    pub(crate) async fn queue(&self, name: &QueueName) -> Result<Arc<Queue>, EngineError> {
+        if let Some(queue) = self.inner.registry.get(name.as_str()) {
+            return Ok(queue);
+        }
+        match self.inner.store.queue_get(name.as_str()).await? {
+            Some(record) => {
+                let queue = Arc::new(Queue::from_record(record)?);
+                self.inner.registry.insert(Arc::clone(&queue));
+                Ok(queue)
+            }
+            None => Err(SqsError::queue_does_not_exist().into()),
+        }
+    }
+
+    /// CreateQueue: creates `name`, or returns it when it exists with the same attributes.
+    pub async fn create_queue(
+        &self,
+        name: &str,
+        attributes: &AttributeMap,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<QueueName, EngineError> {
+        let name: QueueName = name.parse()?;
+        if name.is_fifo()
+            || attributes
+                .get("FifoQueue")
+                .is_some_and(|fifo| fifo.eq_ignore_ascii_case("true"))
+        {
+            return Err(SqsError::new(
+                ErrorCode::UnsupportedOperation,
+                "FIFO queues are not supported by this ackbox version yet.",
+            )
+            .into());
+        }
+        let mut settings = QueueAttributes::default();
+        settings.apply(attributes)?;
+        validate_tags(tags)?;
+
+        let _admin = self.inner.admin.lock().await;
+        if let Some(existing) = self.inner.registry.get(name.as_str()) {
+            self.ensure_same_attributes(&existing, attributes)?;
+            return Ok(name);
+        }
+        let now = self.now();
+        let outcome = self
+            .inner
+            .store
+            .queue_create(QueueCreateParams {
+                name: name.to_string(),
+                attributes: settings.to_map(),
+                tags: tags.clone(),
+                now,
+                deleted_after: now - QUEUE_RECREATE_COOLDOWN_SECONDS * 1_000,
+            })
+            .await?;
+        match outcome {
+            QueueCreateOutcome::Created(record) | QueueCreateOutcome::Exists(record) => {
+                let queue = Arc::new(Queue::from_record(record)?);
+                self.ensure_same_attributes(&queue, attributes)?;
+                self.inner.registry.insert(queue);
+                Ok(name)
+            }
+            QueueCreateOutcome::DeletedRecently => Err(SqsError::new(
+                ErrorCode::QueueDeletedRecently,
+                format!(
+                    "You must wait {QUEUE_RECREATE_COOLDOWN_SECONDS} seconds after deleting a queue before you can create another with the same name."
+                ),
+            )
+            .into()),
+        }
+    }
+
+    fn ensure_same_attributes(
+        &self,
+        queue: &Queue,
+        requested: &AttributeMap,
+    ) -> Result<(), SqsError> {
+        match queue.snapshot().attributes.first_difference(requested)? {
+            Some(attribute) => Err(SqsError::new(
+                ErrorCode::QueueNameExists,
+                format!(
+                    "A queue already exists with the same name and a different value for attribute {attribute}"
+                ),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// GetQueueUrl: the queue's name if it exists.
+    pub async fn get_queue(&self, name: &str) -> Result<QueueName, EngineError> {
+        let name: QueueName = name
+            .parse()
+            .map_err(|_: SqsError| SqsError::queue_does_not_exist())?;
+        Ok(self.queue(&name).await?.name.clone())
+    }
+
+    /// ListQueues: names with `prefix`, in name order, after `next_token`.
+    ///
+    /// Returns the page and, when `max_results` was given and more remain, the
+    /// token of the next page.
+    pub fn list_queues(
+        &self,
+        prefix: &str,
+        max_results: Option<i32>,
+        next_token: Option<&str>,
+    ) -> Result<(Vec<QueueName>, Option<String>), EngineError> {
+        if let Some(max) = max_results
+            && !(1..=MAX_LIST_QUEUES_RESULTS).contains(&max)
+        {
+            return Err(SqsError::invalid_parameter(
+                "MaxResults",
+                max,
+                &format!("MaxResults must be between 1 and {MAX_LIST_QUEUES_RESULTS}."),
+            )
+            .into());
+        }
+        let limit = max_results.unwrap_or(MAX_LIST_QUEUES_RESULTS) as usize;
+        let after = next_token.map(decode_next_token).transpose()?;
+        let mut names = self
+            .inner
+            .registry
+            .names(prefix, after.as_deref(), limit + 1);
+        let more = names.len() > limit;
+        names.truncate(limit);
+        let token = match (max_results, more, names.last()) {
+            (Some(_), true, Some(last)) => Some(encode_next_token(last.as_str())),
+            _ => None,
+        };
+        Ok((names, token))
+    }
+
+    /// DeleteQueue: removes the queue and every message in it.
+    pub async fn delete_queue(&self, name: &QueueName) -> Result<(), EngineError> {
+        let _admin = self.inner.admin.lock().await;
+        let queue = self.queue(name).await?;
+        self.inner
+            .store
+            .queue_delete(QueueDeleteParams {
+                queue_id: queue.id,
+                now: self.now(),
+            })
+            .await?;
+        self.inner.registry.remove(name.as_str());
+        queue.arrivals.notify_waiters();
+        Ok(())
+    }
+
+    /// GetQueueAttributes: the named attributes (`All` for every one).
+    pub async fn get_queue_attributes(
+        &self,
+        name: &QueueName,
+        attribute_names: &[String],
+    ) -> Result<AttributeMap, EngineError> {
+        if let Some(unknown) = attribute_names
+            .iter()
+            .find(|name| !is_known_attribute_name(name))
+        {
+            return Err(SqsError::new(
+                ErrorCode::InvalidAttributeName,
+                format!("Unknown Attribute {unknown}."),
+            )
+            .into());
+        }
+        let queue = self.queue(name).await?;
+        let snapshot = queue.snapshot();
+        let wants = |attribute: &str| {
+            attribute_names
+                .iter()
+                .any(|name| name == "All" || name == attribute)
+        };
+        let mut result: AttributeMap = snapshot
+            .attributes
+            .to_map()
+            .into_iter()
+            .filter(|(attribute, _)| wants(attribute))
+            .collect();
+        let seconds = |millis: Timestamp| (millis / 1_000).to_string();
+        if wants("CreatedTimestamp") {
+            result.insert("CreatedTimestamp".into(), seconds(snapshot.created_at));
+        }
+        if wants("LastModifiedTimestamp") {
+            result.insert(
+                "LastModifiedTimestamp".into(),
+                seconds(snapshot.last_modified_at),
+            );
+        }
+        if wants("QueueArn") {
+            result.insert("QueueArn".into(), self.realm().queue_arn(&queue.name));
+        }
+        let counters = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ];
+        if counters.iter().any(|counter| wants(counter)) {
+            let stats = self
+                .inner
+                .store
+                .queue_stats(QueueStatsParams {
+                    queue_id: queue.id,
+                    now: self.now(),
+                })
+                .await?;
+            for (counter, value) in
+                counters
+                    .iter()
+                    .zip([stats.visible, stats.in_flight, stats.delayed])
+            {
+                if wants(counter) {
+                    result.insert((*counter).to_owned(), value.to_string());
+                }
+            }
+        }
+        Ok(result)
+    }
+
+    /// Message counts of a queue, for operators and metrics.
+    pub async fn queue_stats(
+        &self,
+        name: &QueueName,
+    ) -> Result<crate::store::QueueStats, EngineError> {
+        let queue = self.queue(name).await?;
+        Ok(self
+            .inner
+            .store
+            .queue_stats(QueueStatsParams {
+                queue_id: queue.id,
+                now: self.now(),
+            })
+            .await?)
+    }
+
+    /// SetQueueAttributes: validates and applies `attributes` atomically.
+    pub async fn set_queue_attributes(
+        &self,
+        name: &QueueName,
+        attributes: &AttributeMap,
+    ) -> Result<(), EngineError> {
+        let _admin = self.inner.admin.lock().await;
+        let queue = self.queue(name).await?;
+        let current = queue.snapshot();
+        let mut updated = current.attributes.clone();
+        updated.apply(attributes)?;
+        let now = self.now();
+        self.inner
+            .store
+            .queue_update(QueueUpdateParams {
+                queue_id: queue.id,
+                attributes: Some(updated.to_map()),
+                tags: None,
+                now,
+            })
+            .await?;
+        queue.replace_snapshot(QueueSnapshot {
+            attributes: updated,
+            last_modified_at: now,
+            ..(*current).clone()
+        });
+        // A shorter delay or wait may make messages receivable sooner.
+        queue.arrivals.notify_waiters();
+        Ok(())
+    }
+
+    /// ListQueueTags.
+    pub async fn list_queue_tags(
+        &self,
+        name: &QueueName,
+    ) -> Result<BTreeMap<String, String>, EngineError> {
+        Ok(self.queue(name).await?.snapshot().tags.clone())
+    }
+
+    /// TagQueue: adds or overwrites tags.
+    pub async fn tag_queue(
+        &self,
+        name: &QueueName,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), EngineError> {
+        validate_tags(tags)?;
+        self.update_tags(name, |current| {
+            current.extend(tags.iter().map(|(key, value)| (key.clone(), value.clone())));
+        })
+        .await
+    }
+
+    /// UntagQueue: removes tags by key; unknown keys are ignored.
+    pub async fn untag_queue(&self, name: &QueueName, keys: &[String]) -> Result<(), EngineError> {
+        self.update_tags(name, |current| {
+            for key in keys {
+                current.remove(key);
+            }
+        })
+        .await
+    }
+
+    async fn update_tags(
+        &self,
+        name: &QueueName,
+        change: impl FnOnce(&mut BTreeMap<String, String>),
+    ) -> Result<(), EngineError> {
+        let _admin = self.inner.admin.lock().await;
+        let queue = self.queue(name).await?;
+        let current = queue.snapshot();
+        let mut tags = current.tags.clone();
+        change(&mut tags);
+        if tags.len() > MAX_QUEUE_TAGS {
+            return Err(SqsError::invalid_value(format!(
+                "Too many tags: a queue may have at most {MAX_QUEUE_TAGS}; this change would leave {}.",
+                tags.len()
+            ))
+            .into());
+        }
+        self.inner
+            .store
+            .queue_update(QueueUpdateParams {
+                queue_id: queue.id,
+                attributes: None,
+                tags: Some(tags.clone()),
+                now: self.now(),
+            })
+            .await?;
+        queue.replace_snapshot(QueueSnapshot {
+            tags,
+            ..(*current).clone()
+        });
+        Ok(())
+    }
+
+    /// PurgeQueue: deletes every message, at most once per 60 seconds.
+    pub async fn purge_queue(&self, name: &QueueName) -> Result<u64, EngineError> {
+        let queue = self.queue(name).await?;
+        let now = self.now();
+        let outcome = self
+            .inner
+            .store
+            .queue_purge(QueuePurgeParams {
+                queue_id: queue.id,
+                now,
+                purged_after: now - PURGE_COOLDOWN_SECONDS * 1_000,
+            })
+            .await?;
+        match outcome {
+            QueuePurgeOutcome::Purged(count) => Ok(count),
+            QueuePurgeOutcome::InProgress => Err(SqsError::new(
+                ErrorCode::PurgeQueueInProgress,
+                format!("Only one PurgeQueue operation on {name} is allowed every {PURGE_COOLDOWN_SECONDS} seconds."),
+            )
+            .into()),
+        }
+    }
+}
+
+fn validate_tags(tags: &BTreeMap<String, String>) -> Result<(), SqsError> {
+    if tags.len() > MAX_QUEUE_TAGS {
+        return Err(SqsError::invalid_value(format!(
+            "Too many tags: a queue may have at most {MAX_QUEUE_TAGS}; got {}.",
+            tags.len()
+        )));
+    }
+    for (key, value) in tags {
+        if key.is_empty() || key.chars().count() > MAX_TAG_KEY_LEN {
+            return Err(SqsError::invalid_value(format!(
+                "Tag key {key:?} is invalid: it must be 1 to {MAX_TAG_KEY_LEN} characters long."
+            )));
+        }
+        if value.chars().count() > MAX_TAG_VALUE_LEN {
+            return Err(SqsError::invalid_value(format!(
+                "The value of tag {key:?} is too long: at most {MAX_TAG_VALUE_LEN} characters are allowed."
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn encode_next_token(last_name: &str) -> String {
+    hex_encode(last_name.as_bytes())
+}
+
+fn decode_next_token(token: &str) -> Result<String, SqsError> {
+    let invalid =
+        || SqsError::invalid_parameter("NextToken", token, "Invalid or expired next token.");
+    if !token.len().is_multiple_of(2) {
+        return Err(invalid());
+    }
+    let bytes = (0..token.len())
+        .step_by(2)
+        .map(|index| u8::from_str_radix(token.get(index..index + 2).unwrap_or("zz"), 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map_err(|_| invalid())?;
+    String::from_utf8(bytes).map_err(|_| invalid())
+}
+
+fn hex_encode(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn next_token_round_trips_and_rejects_garbage() {
+        let token = encode_next_token("queue-7");
+        assert_eq!(decode_next_token(&token).unwrap(), "queue-7");
+        assert!(decode_next_token("xyz").is_err());
+        assert!(decode_next_token("zz").is_err());
+    }
+
+    #[test]
+    fn tags_are_bounded() {
+        let too_many: BTreeMap<String, String> = (0..51)
+            .map(|index| (format!("k{index}"), "v".into()))
+            .collect();
+        assert!(validate_tags(&too_many).is_err());
+        let long_key: BTreeMap<String, String> =
+            [("k".repeat(129), "v".into())].into_iter().collect();
+        assert!(validate_tags(&long_key).is_err());
+    }
+}

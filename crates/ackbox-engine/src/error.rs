@@ -1,0 +1,17 @@
+//! The engine's error: either the client's fault (an [`SqsError`]) or the store's.
+
+use ackbox_core::error::SqsError;
+
+use crate::store::StoreError;
+
+/// Why an engine operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// The request was refused with an SQS error code.
+    #[error(transparent)]
+    Sqs(#[from] SqsError),
+    /// The store failed; the request was not applied.
+    #[error("store failure")]
+    Store(#[from] StoreError),
+}

@@ -1,0 +1,160 @@
+//! DeleteMessage and ChangeMessageVisibility: acting on a lease by its handle.
+//!
+//! A handle is opened (HMAC-checked) before anything reaches the store; a
+//! handle sealed for another queue is as invalid as a garbled one. Delete
+//! succeeds for a message that is already gone, as SQS does, so a retried
+//! delete is harmless.
+
+use ackbox_core::error::{ErrorCode, SqsError};
+use ackbox_core::limits::MAX_VISIBILITY_TIMEOUT_SECONDS;
+use ackbox_core::queue_name::QueueName;
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::queue::Queue;
+use crate::store::{
+    ChangeVisibilityOutcome, LeaseRef, MessageChangeVisibilityParams, MessageDeleteParams,
+    VisibilityChange,
+};
+
+impl Engine {
+    fn open_handle(&self, queue: &Queue, handle: &str) -> Result<LeaseRef, SqsError> {
+        let claims = self.inner.config.receipt_key.open(handle)?;
+        if claims.queue_id != queue.id {
+            return Err(SqsError::receipt_handle_invalid(handle));
+        }
+        Ok(LeaseRef {
+            seq: claims.seq,
+            lease: claims.lease,
+        })
+    }
+
+    /// DeleteMessage.
+    pub async fn delete_message(
+        &self,
+        queue_name: &QueueName,
+        handle: &str,
+    ) -> Result<(), EngineError> {
+        let mut results = self.delete_message_batch(queue_name, &[handle]).await?;
+        results
+            .pop()
+            .expect("one handle in, one result out")
+            .map_err(EngineError::from)
+    }
+
+    /// DeleteMessageBatch: one result per handle, in order.
+    pub async fn delete_message_batch(
+        &self,
+        queue_name: &QueueName,
+        handles: &[&str],
+    ) -> Result<Vec<Result<(), SqsError>>, EngineError> {
+        let queue = self.queue(queue_name).await?;
+        let opened: Vec<Result<LeaseRef, SqsError>> = handles
+            .iter()
+            .map(|handle| self.open_handle(&queue, handle))
+            .collect();
+        let leases: Vec<LeaseRef> = opened
+            .iter()
+            .filter_map(|lease| lease.as_ref().ok().copied())
+            .collect();
+        if !leases.is_empty() {
+            self.inner
+                .store
+                .message_delete_batch(MessageDeleteParams {
+                    queue_id: queue.id,
+                    leases,
+                })
+                .await?;
+        }
+        Ok(opened.into_iter().map(|lease| lease.map(|_| ())).collect())
+    }
+
+    /// ChangeMessageVisibility.
+    pub async fn change_message_visibility(
+        &self,
+        queue_name: &QueueName,
+        handle: &str,
+        visibility_timeout: i32,
+    ) -> Result<(), EngineError> {
+        let mut results = self
+            .change_message_visibility_batch(queue_name, &[(handle, visibility_timeout)])
+            .await?;
+        results
+            .pop()
+            .expect("one change in, one result out")
+            .map_err(EngineError::from)
+    }
+
+    /// ChangeMessageVisibilityBatch: one result per change, in order. The new
+    /// timeout counts from now.
+    pub async fn change_message_visibility_batch(
+        &self,
+        queue_name: &QueueName,
+        changes: &[(&str, i32)],
+    ) -> Result<Vec<Result<(), SqsError>>, EngineError> {
+        let queue = self.queue(queue_name).await?;
+        let now = self.now();
+        let checked: Vec<Result<VisibilityChange, SqsError>> = changes
+            .iter()
+            .map(|(handle, timeout)| {
+                if !(0..=MAX_VISIBILITY_TIMEOUT_SECONDS).contains(&i64::from(*timeout)) {
+                    return Err(SqsError::invalid_parameter(
+                        "VisibilityTimeout",
+                        timeout,
+                        &format!("Must be between 0 and {MAX_VISIBILITY_TIMEOUT_SECONDS}."),
+                    ));
+                }
+                Ok(VisibilityChange {
+                    lease: self.open_handle(&queue, handle)?,
+                    visible_at: now + i64::from(*timeout) * 1_000,
+                })
+            })
+            .collect();
+        let valid: Vec<VisibilityChange> = checked
+            .iter()
+            .filter_map(|change| change.as_ref().ok().copied())
+            .collect();
+        let mut outcomes = if valid.is_empty() {
+            Vec::new()
+        } else {
+            self.inner
+                .store
+                .message_change_visibility_batch(MessageChangeVisibilityParams {
+                    queue_id: queue.id,
+                    now,
+                    changes: valid,
+                })
+                .await?
+        }
+        .into_iter();
+        let mut released = false;
+        let results = checked
+            .into_iter()
+            .zip(changes)
+            .map(|(change, (handle, timeout))| {
+                change?;
+                match outcomes.next().expect("one outcome per valid change") {
+                    ChangeVisibilityOutcome::Changed => {
+                        released |= *timeout == 0;
+                        Ok(())
+                    }
+                    ChangeVisibilityOutcome::NotAvailable => Err(SqsError::invalid_parameter(
+                        "ReceiptHandle",
+                        handle,
+                        "Message does not exist or is not available for visibility timeout change.",
+                    )),
+                    ChangeVisibilityOutcome::NotInFlight => Err(SqsError::new(
+                        ErrorCode::MessageNotInflight,
+                        format!(
+                            "The message referred to by receipt handle {handle} is not in flight."
+                        ),
+                    )),
+                }
+            })
+            .collect();
+        if released {
+            queue.arrivals.notify_waiters();
+        }
+        Ok(results)
+    }
+}

@@ -1,0 +1,52 @@
+//! The ackbox queue engine: SQS semantics over a durable [`Store`](store::Store).
+//!
+//! The engine owns visibility leases, delays, retention, long polling and
+//! receipt handles. It knows nothing about HTTP: the server translates wire
+//! requests into engine calls, and the engine answers with values or
+//! [`SqsError`](ackbox_core::error::SqsError)s.
+//!
+//! # Layout
+//! - [`engine`]: the [`Engine`] handle, its configuration and queue administration.
+//! - [`send`]: SendMessage and SendMessageBatch.
+//! - [`receive`]: ReceiveMessage and long polling.
+//! - `lease`: DeleteMessage and ChangeMessageVisibility.
+//! - `reaper`: the retention sweeper.
+//! - [`secret`]: the installation secret behind receipt handles.
+//! - [`queue`]: the cached queue registry and per-queue notifiers.
+//! - [`store`]: the [`Store`](store::Store) seam and the embedded SQLite store.
+//!
+//! # Example
+//! ```
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use ackbox_core::{clock::SystemClock, receipt::ReceiptKey};
+//! use ackbox_engine::{Engine, EngineConfig, receive::ReceiveRequest, send::SendEntry};
+//! use ackbox_engine::store::sqlite::{Durability, SqliteStore};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let store = SqliteStore::open(dir.path(), Durability::Fsync)?;
+//! let config = EngineConfig::new(ReceiptKey::new(ReceiptKey::generate_secret()));
+//! let engine = Engine::start(config, Arc::new(store), Arc::new(SystemClock)).await?;
+//! let queue = engine.create_queue("orders", &Default::default(), &Default::default()).await?;
+//! let body = "hello".to_owned();
+//! engine.send_message(&queue, SendEntry { body, ..SendEntry::default() }, "me").await?;
+//! let received = engine.receive_messages(&queue, &ReceiveRequest::default()).await?;
+//! engine.delete_message(&queue, &received[0].receipt_handle).await?;
+//! engine.shutdown().await?;
+//! # Ok(()) }
+//! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+//! ```
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod engine;
+pub mod error;
+mod lease;
+pub mod queue;
+mod reaper;
+pub mod receive;
+pub mod secret;
+pub mod send;
+pub mod store;
+
+pub use engine::{Engine, EngineConfig};
+pub use error::EngineError;

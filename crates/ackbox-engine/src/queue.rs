@@ -1,0 +1,135 @@
+//! The queue registry: an in-memory cache of queue metadata over the store.
+//!
+//! The store is the source of truth; the registry is filled from it at start
+//! and on a cache miss, and updated only after the store has committed a
+//! change. Each queue carries the [`Notify`] that wakes its long pollers.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use ackbox_core::attributes::QueueAttributes;
+use ackbox_core::clock::Timestamp;
+use ackbox_core::error::SqsError;
+use ackbox_core::queue_name::QueueName;
+use tokio::sync::Notify;
+
+use crate::error::EngineError;
+use crate::store::{QueueRecord, StoreError};
+
+/// A snapshot of a queue's metadata; replaced whole when it changes.
+#[derive(Debug, Clone)]
+pub struct QueueSnapshot {
+    /// Settable attributes.
+    pub attributes: QueueAttributes,
+    /// Tags.
+    pub tags: BTreeMap<String, String>,
+    /// Creation time.
+    pub created_at: Timestamp,
+    /// Last attribute change.
+    pub last_modified_at: Timestamp,
+}
+
+/// One live queue.
+#[derive(Debug)]
+pub struct Queue {
+    /// Store id; receipt handles carry it.
+    pub id: i64,
+    /// The name.
+    pub name: QueueName,
+    /// Metadata; written by admin operations after the store commits, read by every request.
+    snapshot: RwLock<Arc<QueueSnapshot>>,
+    /// Signalled when messages may have become receivable; long pollers wait on it.
+    pub arrivals: Notify,
+}
+
+impl Queue {
+    pub(crate) fn from_record(record: QueueRecord) -> Result<Self, EngineError> {
+        let name = record
+            .name
+            .parse()
+            .map_err(|_: SqsError| StoreError::Corrupt {
+                detail: format!("stored queue name {:?} is invalid", record.name),
+            })?;
+        let attributes =
+            QueueAttributes::from_map(&record.attributes).map_err(|error| StoreError::Corrupt {
+                detail: format!(
+                    "stored attributes of queue {}: {}",
+                    record.name, error.message
+                ),
+            })?;
+        Ok(Self {
+            id: record.id,
+            name,
+            snapshot: RwLock::new(Arc::new(QueueSnapshot {
+                attributes,
+                tags: record.tags,
+                created_at: record.created_at,
+                last_modified_at: record.last_modified_at,
+            })),
+            arrivals: Notify::new(),
+        })
+    }
+
+    /// The current metadata.
+    pub fn snapshot(&self) -> Arc<QueueSnapshot> {
+        Arc::clone(&self.snapshot.read().expect("queue snapshot lock poisoned"))
+    }
+
+    pub(crate) fn replace_snapshot(&self, snapshot: QueueSnapshot) {
+        *self.snapshot.write().expect("queue snapshot lock poisoned") = Arc::new(snapshot);
+    }
+}
+
+/// All known queues by name.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    /// Written by admin operations (create, delete, cache fill), read by every request.
+    queues: RwLock<BTreeMap<String, Arc<Queue>>>,
+}
+
+impl Registry {
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<Queue>> {
+        self.queues
+            .read()
+            .expect("registry lock poisoned")
+            .get(name)
+            .cloned()
+    }
+
+    pub(crate) fn insert(&self, queue: Arc<Queue>) {
+        self.queues
+            .write()
+            .expect("registry lock poisoned")
+            .insert(queue.name.to_string(), queue);
+    }
+
+    pub(crate) fn remove(&self, name: &str) -> Option<Arc<Queue>> {
+        self.queues
+            .write()
+            .expect("registry lock poisoned")
+            .remove(name)
+    }
+
+    /// Queues in name order, starting after `after`, whose names start with `prefix`.
+    pub(crate) fn names(&self, prefix: &str, after: Option<&str>, limit: usize) -> Vec<QueueName> {
+        let queues = self.queues.read().expect("registry lock poisoned");
+        queues
+            .range::<str, _>((
+                after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
+                std::ops::Bound::Unbounded,
+            ))
+            .filter(|(name, _)| name.starts_with(prefix))
+            .take(limit)
+            .map(|(_, queue)| queue.name.clone())
+            .collect()
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<Queue>> {
+        self.queues
+            .read()
+            .expect("registry lock poisoned")
+            .values()
+            .cloned()
+            .collect()
+    }
+}

@@ -1,0 +1,326 @@
+//! ReceiveMessage: leases, long polling and the attributes a consumer asked for.
+//!
+//! A long poll waits on the queue's [`Notify`](tokio::sync::Notify), which
+//! senders signal after their commit, and on a timer set to the moment the
+//! next delayed or leased message becomes visible (with a fallback re-check),
+//! never on a sleep loop. The waiter registers before it looks, so a send that
+//! lands between the look and the wait is not missed.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ackbox_core::clock::Timestamp;
+use ackbox_core::digest::md5_of_attributes;
+use ackbox_core::error::{ErrorCode, SqsError};
+use ackbox_core::limits::{
+    MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_TIME_SECONDS,
+};
+use ackbox_core::message::MessageAttributes;
+use ackbox_core::queue_name::QueueName;
+use ackbox_core::receipt::ReceiptClaims;
+use tokio::time::Instant;
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::send::TRACE_HEADER_ATTRIBUTE;
+use crate::store::{MessageReceiveParams, StoredMessage};
+
+/// Longest a waiting poller goes without looking again, in case a wake-up was
+/// lost (for example a message made visible by another node).
+const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
+
+/// System attributes a receive may ask for.
+const SYSTEM_ATTRIBUTE_NAMES: [&str; 10] = [
+    "All",
+    "SenderId",
+    "SentTimestamp",
+    "ApproximateReceiveCount",
+    "ApproximateFirstReceiveTimestamp",
+    "SequenceNumber",
+    "MessageDeduplicationId",
+    "MessageGroupId",
+    "AWSTraceHeader",
+    "DeadLetterQueueSourceArn",
+];
+
+/// A ReceiveMessage request, protocol-neutral.
+#[derive(Debug, Clone, Default)]
+pub struct ReceiveRequest {
+    /// 1..=10; 1 when absent.
+    pub max_number_of_messages: Option<i32>,
+    /// Lease length in seconds; the queue's `VisibilityTimeout` when absent.
+    pub visibility_timeout: Option<i32>,
+    /// Long-poll wait in seconds; the queue's `ReceiveMessageWaitTimeSeconds` when absent.
+    pub wait_time_seconds: Option<i32>,
+    /// System attributes to return (`AttributeNames` and `MessageSystemAttributeNames`).
+    pub system_attribute_names: Vec<String>,
+    /// Message attributes to return: names, `prefix.*`, `All` or `.*`.
+    pub message_attribute_names: Vec<String>,
+}
+
+/// One received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceivedMessage {
+    /// The message id.
+    pub message_id: String,
+    /// The handle of this lease.
+    pub receipt_handle: String,
+    /// The body.
+    pub body: String,
+    /// `MD5OfBody`.
+    pub md5_of_body: String,
+    /// The requested message attributes.
+    pub message_attributes: MessageAttributes,
+    /// `MD5OfMessageAttributes` of the returned attributes.
+    pub md5_of_message_attributes: Option<String>,
+    /// The requested system attributes.
+    pub attributes: BTreeMap<String, String>,
+}
+
+fn check_range(
+    parameter: &str,
+    value: Option<i32>,
+    min: i64,
+    max: i64,
+    reason: &str,
+) -> Result<(), SqsError> {
+    match value {
+        Some(value) if !(min..=max).contains(&i64::from(value)) => {
+            Err(SqsError::invalid_parameter(parameter, value, reason))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl ReceiveRequest {
+    fn validate(&self) -> Result<(), SqsError> {
+        check_range(
+            "MaxNumberOfMessages",
+            self.max_number_of_messages,
+            1,
+            i64::from(MAX_RECEIVE_MESSAGES),
+            &format!("Must be between 1 and {MAX_RECEIVE_MESSAGES}, if provided."),
+        )?;
+        check_range(
+            "WaitTimeSeconds",
+            self.wait_time_seconds,
+            0,
+            i64::from(MAX_WAIT_TIME_SECONDS),
+            &format!("Must be >= 0 and <= {MAX_WAIT_TIME_SECONDS}, if provided."),
+        )?;
+        check_range(
+            "VisibilityTimeout",
+            self.visibility_timeout,
+            0,
+            MAX_VISIBILITY_TIMEOUT_SECONDS,
+            &format!("Must be >= 0 and <= {MAX_VISIBILITY_TIMEOUT_SECONDS}, if provided."),
+        )?;
+        if let Some(unknown) = self
+            .system_attribute_names
+            .iter()
+            .find(|name| !SYSTEM_ATTRIBUTE_NAMES.contains(&name.as_str()))
+        {
+            return Err(SqsError::new(
+                ErrorCode::InvalidAttributeName,
+                format!("Unknown Attribute {unknown}."),
+            ));
+        }
+        Ok(())
+    }
+
+    fn wants_system(&self, name: &str) -> bool {
+        self.system_attribute_names
+            .iter()
+            .any(|wanted| wanted == "All" || wanted == name)
+    }
+
+    fn wants_message_attribute(&self, name: &str) -> bool {
+        self.message_attribute_names.iter().any(|wanted| {
+            wanted == "All"
+                || wanted == ".*"
+                || wanted == name
+                || wanted.strip_suffix(".*").is_some_and(|prefix| {
+                    name.strip_prefix(prefix)
+                        .is_some_and(|rest| rest.starts_with('.'))
+                })
+        })
+    }
+}
+
+impl Engine {
+    /// ReceiveMessage: leases up to `MaxNumberOfMessages`, waiting up to the
+    /// wait time for the first to arrive. Returns early, empty, at shutdown.
+    pub async fn receive_messages(
+        &self,
+        queue_name: &QueueName,
+        request: &ReceiveRequest,
+    ) -> Result<Vec<ReceivedMessage>, EngineError> {
+        request.validate()?;
+        let queue = self.queue(queue_name).await?;
+        let attributes = queue.snapshot().attributes.clone();
+        let wait_seconds = request
+            .wait_time_seconds
+            .map_or(attributes.receive_message_wait_time_seconds, i64::from);
+        let deadline = Instant::now() + Duration::from_secs(wait_seconds.unsigned_abs());
+        let visibility_ms = request
+            .visibility_timeout
+            .map_or(attributes.visibility_timeout, i64::from)
+            * 1_000;
+        let max_messages = request.max_number_of_messages.unwrap_or(1).unsigned_abs();
+
+        loop {
+            let arrival = queue.arrivals.notified();
+            tokio::pin!(arrival);
+            arrival.as_mut().enable();
+
+            let now = self.now();
+            let retention_ms = queue.snapshot().attributes.message_retention_period * 1_000;
+            let outcome = self
+                .inner
+                .store
+                .message_receive(MessageReceiveParams {
+                    queue_id: queue.id,
+                    now,
+                    max_messages,
+                    visible_at: now + visibility_ms,
+                    expired_at_or_before: now - retention_ms,
+                })
+                .await?;
+            if !outcome.messages.is_empty() {
+                return Ok(outcome
+                    .messages
+                    .into_iter()
+                    .map(|message| self.received(queue.id, &queue.name, message, request))
+                    .collect());
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() || self.inner.shutdown.is_cancelled() {
+                return Ok(Vec::new());
+            }
+            let until_visible = outcome.next_visible_at.map_or(FALLBACK_RECHECK, |at| {
+                Duration::from_millis((at - now).max(0).unsigned_abs())
+            });
+            let nap = remaining.min(until_visible).min(FALLBACK_RECHECK);
+            tokio::select! {
+                () = &mut arrival => {}
+                () = tokio::time::sleep(nap) => {}
+                () = self.inner.shutdown.cancelled() => return Ok(Vec::new()),
+            }
+        }
+    }
+
+    fn received(
+        &self,
+        queue_id: i64,
+        queue_name: &QueueName,
+        message: StoredMessage,
+        request: &ReceiveRequest,
+    ) -> ReceivedMessage {
+        let receipt_handle = self.inner.config.receipt_key.seal(ReceiptClaims {
+            queue_id,
+            seq: message.seq,
+            lease: message.receive_count,
+        });
+        let all_attributes_returned = message
+            .attributes
+            .keys()
+            .all(|name| request.wants_message_attribute(name));
+        let message_attributes: MessageAttributes = message
+            .attributes
+            .into_iter()
+            .filter(|(name, _)| request.wants_message_attribute(name))
+            .collect();
+        let md5_of_message_attributes = if all_attributes_returned {
+            message.md5_of_attributes
+        } else {
+            md5_of_attributes(&message_attributes)
+        };
+        let mut attributes = BTreeMap::new();
+        let timestamp = |at: Timestamp| at.to_string();
+        let system: [(&str, Option<String>); 5] = [
+            ("SenderId", Some(message.sender_id)),
+            ("SentTimestamp", Some(timestamp(message.sent_at))),
+            (
+                "ApproximateReceiveCount",
+                Some(message.receive_count.to_string()),
+            ),
+            (
+                "ApproximateFirstReceiveTimestamp",
+                message.first_received_at.map(timestamp),
+            ),
+            ("MessageGroupId", message.group_id),
+        ];
+        for (name, value) in system {
+            if let Some(value) = value
+                && request.wants_system(name)
+            {
+                attributes.insert(name.to_owned(), value);
+            }
+        }
+        if let Some(trace_header) = message.trace_header
+            && request.wants_system(TRACE_HEADER_ATTRIBUTE)
+        {
+            attributes.insert(TRACE_HEADER_ATTRIBUTE.to_owned(), trace_header);
+        }
+        tracing::trace!(queue = %queue_name, message_id = %message.message_id, receive_count = message.receive_count, "leased");
+        ReceivedMessage {
+            message_id: message.message_id,
+            receipt_handle,
+            body: message.body,
+            md5_of_body: message.md5_of_body,
+            message_attributes,
+            md5_of_message_attributes,
+            attributes,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_attribute_filters_match_names_prefixes_and_all() {
+        let request = ReceiveRequest {
+            message_attribute_names: vec!["exact".into(), "trace.*".into()],
+            ..ReceiveRequest::default()
+        };
+        assert!(request.wants_message_attribute("exact"));
+        assert!(request.wants_message_attribute("trace.id"));
+        assert!(!request.wants_message_attribute("tracer"));
+        assert!(!request.wants_message_attribute("other"));
+        let all = ReceiveRequest {
+            message_attribute_names: vec![".*".into()],
+            ..ReceiveRequest::default()
+        };
+        assert!(all.wants_message_attribute("anything"));
+    }
+
+    #[test]
+    fn out_of_range_parameters_use_aws_wording() {
+        let request = ReceiveRequest {
+            max_number_of_messages: Some(11),
+            ..ReceiveRequest::default()
+        };
+        assert_eq!(
+            request.validate().unwrap_err().message,
+            "Value 11 for parameter MaxNumberOfMessages is invalid. Reason: Must be between 1 and 10, if provided."
+        );
+        let request = ReceiveRequest {
+            wait_time_seconds: Some(21),
+            ..ReceiveRequest::default()
+        };
+        assert_eq!(
+            request.validate().unwrap_err().message,
+            "Value 21 for parameter WaitTimeSeconds is invalid. Reason: Must be >= 0 and <= 20, if provided."
+        );
+        let request = ReceiveRequest {
+            system_attribute_names: vec!["Colour".into()],
+            ..ReceiveRequest::default()
+        };
+        assert_eq!(
+            request.validate().unwrap_err().code,
+            ErrorCode::InvalidAttributeName
+        );
+    }
+}

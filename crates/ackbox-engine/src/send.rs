@@ -1,0 +1,234 @@
+//! SendMessage and SendMessageBatch: validation, digests and durable insert.
+//!
+//! A batch is validated entry by entry; the valid entries are stored in one
+//! store call (one group commit) and the sender is answered only after that
+//! commit, so a success response always means the message is durable.
+
+use ackbox_core::digest::{md5_of_attributes, md5_of_body};
+use ackbox_core::error::{ErrorCode, SqsError};
+use ackbox_core::limits::{MAX_BATCH_PAYLOAD, MAX_DELAY_SECONDS};
+use ackbox_core::message::{
+    MessageAttributeValue, MessageAttributes, message_size, validate_body,
+    validate_message_attributes,
+};
+use ackbox_core::queue_name::QueueName;
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::queue::Queue;
+use crate::store::{MessageInsertParams, NewMessage};
+
+/// The system attribute a sender may set.
+pub const TRACE_HEADER_ATTRIBUTE: &str = "AWSTraceHeader";
+
+/// One message to send.
+#[derive(Debug, Clone, Default)]
+pub struct SendEntry {
+    /// The body.
+    pub body: String,
+    /// Per-message delay in seconds; the queue's `DelaySeconds` when absent.
+    pub delay_seconds: Option<i32>,
+    /// User message attributes.
+    pub attributes: MessageAttributes,
+    /// The `AWSTraceHeader` system attribute.
+    pub trace_header: Option<String>,
+    /// `MessageGroupId`; on standard queues it is kept and echoed.
+    pub group_id: Option<String>,
+    /// `MessageDeduplicationId`; only FIFO queues accept it.
+    pub deduplication_id: Option<String>,
+}
+
+/// What a successful send returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentMessage {
+    /// The new message's id.
+    pub message_id: String,
+    /// `MD5OfMessageBody`.
+    pub md5_of_body: String,
+    /// `MD5OfMessageAttributes`, when attributes were sent.
+    pub md5_of_attributes: Option<String>,
+    /// `MD5OfMessageSystemAttributes`, when a trace header was sent.
+    pub md5_of_system_attributes: Option<String>,
+}
+
+fn validate_group_id(parameter: &str, value: &str) -> Result<(), SqsError> {
+    let valid =
+        (1..=128).contains(&value.len()) && value.bytes().all(|byte| byte.is_ascii_graphic());
+    if valid {
+        Ok(())
+    } else {
+        Err(SqsError::invalid_parameter(
+            parameter,
+            value,
+            &format!(
+                "{parameter} can only include alphanumeric and punctuation characters. 1 to 128 in length."
+            ),
+        ))
+    }
+}
+
+/// The system attributes of a message as a digestible map.
+pub(crate) fn system_attributes(trace_header: Option<&str>) -> MessageAttributes {
+    trace_header
+        .map(|header| {
+            (
+                TRACE_HEADER_ATTRIBUTE.to_owned(),
+                MessageAttributeValue::string(header),
+            )
+        })
+        .into_iter()
+        .collect()
+}
+
+impl Engine {
+    /// SendMessage: one message, answered once it is durable.
+    pub async fn send_message(
+        &self,
+        queue_name: &QueueName,
+        entry: SendEntry,
+        sender_id: &str,
+    ) -> Result<SentMessage, EngineError> {
+        let queue = self.queue(queue_name).await?;
+        let message = self.prepare(&queue, entry, sender_id)?;
+        let sent = self.insert(&queue, vec![message]).await?;
+        Ok(sent
+            .into_iter()
+            .next()
+            .expect("one message in, one message out"))
+    }
+
+    /// SendMessageBatch: each entry succeeds or fails on its own; the valid
+    /// ones are stored in one commit.
+    pub async fn send_message_batch(
+        &self,
+        queue_name: &QueueName,
+        entries: Vec<SendEntry>,
+        sender_id: &str,
+    ) -> Result<Vec<Result<SentMessage, SqsError>>, EngineError> {
+        let queue = self.queue(queue_name).await?;
+        let total: usize = entries
+            .iter()
+            .map(|entry| message_size(&entry.body, &entry.attributes))
+            .sum();
+        if total > MAX_BATCH_PAYLOAD {
+            return Err(SqsError::new(
+                ErrorCode::BatchRequestTooLong,
+                format!("Batch requests cannot be longer than {MAX_BATCH_PAYLOAD} bytes. You have sent {total} bytes."),
+            )
+            .into());
+        }
+        let prepared: Vec<Result<NewMessage, SqsError>> = entries
+            .into_iter()
+            .map(|entry| self.prepare(&queue, entry, sender_id))
+            .collect();
+        let valid: Vec<NewMessage> = prepared
+            .iter()
+            .filter_map(|entry| entry.as_ref().ok().cloned())
+            .collect();
+        let mut sent = self.insert(&queue, valid).await?.into_iter();
+        Ok(prepared
+            .into_iter()
+            .map(|entry| entry.map(|_| sent.next().expect("one result per valid entry")))
+            .collect())
+    }
+
+    fn prepare(
+        &self,
+        queue: &Queue,
+        entry: SendEntry,
+        sender_id: &str,
+    ) -> Result<NewMessage, SqsError> {
+        let attributes = queue.snapshot().attributes.clone();
+        validate_body(&entry.body)?;
+        validate_message_attributes(&entry.attributes)?;
+        let size = message_size(&entry.body, &entry.attributes);
+        if size as i64 > attributes.maximum_message_size {
+            return Err(SqsError::invalid_value(format!(
+                "One or more parameters are invalid. Reason: Message must be shorter than {} bytes.",
+                attributes.maximum_message_size
+            )));
+        }
+        let delay = match entry.delay_seconds {
+            Some(delay) if !(0..=MAX_DELAY_SECONDS).contains(&delay) => {
+                return Err(SqsError::invalid_parameter(
+                    "DelaySeconds",
+                    delay,
+                    &format!("DelaySeconds must be >= 0 and <= {MAX_DELAY_SECONDS}."),
+                ));
+            }
+            Some(delay) => i64::from(delay),
+            None => attributes.delay_seconds,
+        };
+        if let Some(deduplication_id) = &entry.deduplication_id {
+            return Err(SqsError::invalid_parameter(
+                "MessageDeduplicationId",
+                deduplication_id,
+                "The request includes a parameter that is not valid for this queue type.",
+            ));
+        }
+        if let Some(group_id) = &entry.group_id {
+            validate_group_id("MessageGroupId", group_id)?;
+        }
+        if let Some(trace_header) = &entry.trace_header {
+            validate_message_attributes(&system_attributes(Some(trace_header)))?;
+        }
+        let now = self.now();
+        Ok(NewMessage {
+            message_id: uuid::Uuid::new_v4().to_string(),
+            md5_of_body: md5_of_body(&entry.body),
+            md5_of_attributes: md5_of_attributes(&entry.attributes),
+            body: entry.body,
+            attributes: entry.attributes,
+            trace_header: entry.trace_header,
+            group_id: entry.group_id,
+            sender_id: sender_id.to_owned(),
+            sent_at: now,
+            visible_at: now + delay * 1_000,
+        })
+    }
+
+    async fn insert(
+        &self,
+        queue: &Queue,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<SentMessage>, EngineError> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        let sent = messages
+            .iter()
+            .map(|message| SentMessage {
+                message_id: message.message_id.clone(),
+                md5_of_body: message.md5_of_body.clone(),
+                md5_of_attributes: message.md5_of_attributes.clone(),
+                md5_of_system_attributes: md5_of_attributes(&system_attributes(
+                    message.trace_header.as_deref(),
+                )),
+            })
+            .collect();
+        self.inner
+            .store
+            .message_insert_batch(MessageInsertParams {
+                queue_id: queue.id,
+                messages,
+            })
+            .await?;
+        // Delayed messages wake pollers too: they learn when the next message
+        // becomes visible and sleep exactly until then.
+        queue.arrivals.notify_waiters();
+        Ok(sent)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_ids_are_printable_ascii_up_to_128() {
+        assert!(validate_group_id("MessageGroupId", "order-1:eu/x").is_ok());
+        for bad in ["", "has space", &"g".repeat(129), "ü"] {
+            assert!(validate_group_id("MessageGroupId", bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! The storage seam: everything the engine persists goes through [`Store`].
+//!
+//! The trait is internal and **not semver-stable**; it exists so that the
+//! embedded SQLite store and the PostgreSQL store answer the same conformance
+//! suite. Each method takes one `…Params` struct carrying `now`, because stores
+//! never read the clock: the engine decides what time it is.
+//!
+//! A store applies every mutation atomically and durably before it returns:
+//! when `message_insert_batch` returns `Ok`, the messages survive a crash
+//! (in the default durability mode).
+
+use std::collections::BTreeMap;
+
+use ackbox_core::clock::Timestamp;
+use ackbox_core::message::MessageAttributes;
+use async_trait::async_trait;
+
+pub mod sqlite;
+
+/// Why a store operation failed, and whether retrying can help.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The store is shutting down or its writer is gone; retry elsewhere or later.
+    #[error("the store is unavailable: {reason}")]
+    Unavailable {
+        /// What made it unavailable.
+        reason: &'static str,
+    },
+    /// The database reported a failure; the operation was not applied.
+    #[error("database operation {operation} failed")]
+    Database {
+        /// The operation that failed.
+        operation: &'static str,
+        /// The database's error.
+        #[source]
+        source: rusqlite::Error,
+    },
+    /// Stored data could not be decoded; this needs a person.
+    #[error("stored data is corrupt: {detail}")]
+    Corrupt {
+        /// What could not be decoded.
+        detail: String,
+    },
+    /// The store's files could not be opened or synced.
+    #[error("store I/O on {path} failed")]
+    Io {
+        /// The file involved.
+        path: String,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl StoreError {
+    /// Whether the same call may succeed if retried later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Self::Unavailable { .. })
+    }
+}
+
+/// A queue as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueRecord {
+    /// Store-assigned id, never reused.
+    pub id: i64,
+    /// The queue name.
+    pub name: String,
+    /// Settable attributes as wire strings.
+    pub attributes: BTreeMap<String, String>,
+    /// Queue tags.
+    pub tags: BTreeMap<String, String>,
+    /// When the queue was created.
+    pub created_at: Timestamp,
+    /// When its attributes last changed.
+    pub last_modified_at: Timestamp,
+}
+
+/// Parameters of [`Store::queue_create`].
+#[derive(Debug, Clone)]
+pub struct QueueCreateParams {
+    /// The queue name.
+    pub name: String,
+    /// Settable attributes as wire strings.
+    pub attributes: BTreeMap<String, String>,
+    /// Initial tags.
+    pub tags: BTreeMap<String, String>,
+    /// The current time.
+    pub now: Timestamp,
+    /// A name deleted at or after this instant may not be created yet.
+    pub deleted_after: Timestamp,
+}
+
+/// What [`Store::queue_create`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueCreateOutcome {
+    /// The queue was created.
+    Created(QueueRecord),
+    /// A queue of that name already exists; nothing changed.
+    Exists(QueueRecord),
+    /// The name was deleted too recently to be created again.
+    DeletedRecently,
+}
+
+/// Parameters of [`Store::queue_update`].
+#[derive(Debug, Clone)]
+pub struct QueueUpdateParams {
+    /// The queue.
+    pub queue_id: i64,
+    /// New attributes, when they change.
+    pub attributes: Option<BTreeMap<String, String>>,
+    /// New tags, when they change.
+    pub tags: Option<BTreeMap<String, String>>,
+    /// The current time, recorded as last-modified when attributes change.
+    pub now: Timestamp,
+}
+
+/// Parameters of [`Store::queue_delete`].
+#[derive(Debug, Clone)]
+pub struct QueueDeleteParams {
+    /// The queue.
+    pub queue_id: i64,
+    /// The current time, remembered to enforce the recreate cooldown.
+    pub now: Timestamp,
+}
+
+/// Parameters of [`Store::queue_purge`].
+#[derive(Debug, Clone)]
+pub struct QueuePurgeParams {
+    /// The queue.
+    pub queue_id: i64,
+    /// The current time.
+    pub now: Timestamp,
+    /// A purge at or after this instant means a purge is still in progress.
+    pub purged_after: Timestamp,
+}
+
+/// What [`Store::queue_purge`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueuePurgeOutcome {
+    /// The queue was emptied of this many messages.
+    Purged(u64),
+    /// Another purge happened within the cooldown; nothing changed.
+    InProgress,
+}
+
+/// Parameters of [`Store::queue_stats`].
+#[derive(Debug, Clone, Copy)]
+pub struct QueueStatsParams {
+    /// The queue.
+    pub queue_id: i64,
+    /// The current time, which splits visible from invisible messages.
+    pub now: Timestamp,
+}
+
+/// Message counts of one queue at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Messages receivable now.
+    pub visible: u64,
+    /// Messages leased to a consumer.
+    pub in_flight: u64,
+    /// Messages not yet delivered because of a delay.
+    pub delayed: u64,
+    /// When the oldest message was sent, if any.
+    pub oldest_sent_at: Option<Timestamp>,
+}
+
+/// A message to store.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    /// The message id returned to the sender.
+    pub message_id: String,
+    /// The body.
+    pub body: String,
+    /// User message attributes.
+    pub attributes: MessageAttributes,
+    /// `MD5OfMessageBody`.
+    pub md5_of_body: String,
+    /// `MD5OfMessageAttributes`, when there are attributes.
+    pub md5_of_attributes: Option<String>,
+    /// The `AWSTraceHeader` system attribute, if sent.
+    pub trace_header: Option<String>,
+    /// `MessageGroupId` (fair queues on standard queues).
+    pub group_id: Option<String>,
+    /// Who sent it.
+    pub sender_id: String,
+    /// When it was sent.
+    pub sent_at: Timestamp,
+    /// When it first becomes receivable (after any delay).
+    pub visible_at: Timestamp,
+}
+
+/// Parameters of [`Store::message_insert_batch`].
+#[derive(Debug, Clone)]
+pub struct MessageInsertParams {
+    /// The queue.
+    pub queue_id: i64,
+    /// The messages, stored in this order.
+    pub messages: Vec<NewMessage>,
+}
+
+/// Parameters of [`Store::message_receive`].
+#[derive(Debug, Clone, Copy)]
+pub struct MessageReceiveParams {
+    /// The queue.
+    pub queue_id: i64,
+    /// The current time.
+    pub now: Timestamp,
+    /// Most messages to lease.
+    pub max_messages: u32,
+    /// The new lease deadline of each received message.
+    pub visible_at: Timestamp,
+    /// Messages sent at or before this instant have outlived retention and are dropped.
+    pub expired_at_or_before: Timestamp,
+}
+
+/// A message as stored, returned by a receive with its new lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMessage {
+    /// Store sequence number.
+    pub seq: i64,
+    /// The message id.
+    pub message_id: String,
+    /// The body.
+    pub body: String,
+    /// User message attributes.
+    pub attributes: MessageAttributes,
+    /// `MD5OfMessageBody`.
+    pub md5_of_body: String,
+    /// `MD5OfMessageAttributes`.
+    pub md5_of_attributes: Option<String>,
+    /// The `AWSTraceHeader` system attribute.
+    pub trace_header: Option<String>,
+    /// `MessageGroupId`.
+    pub group_id: Option<String>,
+    /// Who sent it.
+    pub sender_id: String,
+    /// When it was sent.
+    pub sent_at: Timestamp,
+    /// Receives so far, this one included; also the lease generation.
+    pub receive_count: i64,
+    /// When it was first received.
+    pub first_received_at: Option<Timestamp>,
+}
+
+/// What [`Store::message_receive`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReceiveOutcome {
+    /// The leased messages, oldest visibility first.
+    pub messages: Vec<StoredMessage>,
+    /// Messages dropped because retention had expired.
+    pub expired: u64,
+    /// When nothing was receivable: the next instant a message becomes visible.
+    pub next_visible_at: Option<Timestamp>,
+}
+
+/// A reference to one lease of one message, from a receipt handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRef {
+    /// Store sequence number.
+    pub seq: i64,
+    /// Lease generation (receive count when the handle was issued).
+    pub lease: i64,
+}
+
+/// Parameters of [`Store::message_delete_batch`].
+#[derive(Debug, Clone)]
+pub struct MessageDeleteParams {
+    /// The queue.
+    pub queue_id: i64,
+    /// The leases whose messages to delete.
+    pub leases: Vec<LeaseRef>,
+}
+
+/// What happened to one message of a delete batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    /// The message was deleted.
+    Deleted,
+    /// The message was already gone.
+    AlreadyGone,
+}
+
+/// One change of [`Store::message_change_visibility_batch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VisibilityChange {
+    /// The lease to change.
+    pub lease: LeaseRef,
+    /// The new deadline.
+    pub visible_at: Timestamp,
+}
+
+/// Parameters of [`Store::message_change_visibility_batch`].
+#[derive(Debug, Clone)]
+pub struct MessageChangeVisibilityParams {
+    /// The queue.
+    pub queue_id: i64,
+    /// The current time: only leases still running may change.
+    pub now: Timestamp,
+    /// The changes, applied in order.
+    pub changes: Vec<VisibilityChange>,
+}
+
+/// What happened to one visibility change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeVisibilityOutcome {
+    /// The lease now ends at the requested time.
+    Changed,
+    /// The message is gone, or was received again under a newer lease.
+    NotAvailable,
+    /// The lease had already ended; the message is not in flight.
+    NotInFlight,
+}
+
+/// Parameters of [`Store::message_expire`].
+#[derive(Debug, Clone, Copy)]
+pub struct MessageExpireParams {
+    /// The queue.
+    pub queue_id: i64,
+    /// Messages sent at or before this instant are dropped.
+    pub expired_at_or_before: Timestamp,
+    /// Most messages to drop in one call, to keep write transactions short.
+    pub limit: u32,
+}
+
+/// Durable storage of queues and messages. Not semver-stable; do not implement
+/// outside this workspace.
+#[async_trait]
+pub trait Store: Send + Sync + std::fmt::Debug + 'static {
+    /// Creates a queue, or reports that it exists or was deleted too recently.
+    async fn queue_create(
+        &self,
+        params: QueueCreateParams,
+    ) -> Result<QueueCreateOutcome, StoreError>;
+    /// Every queue, in name order.
+    async fn queue_list(&self) -> Result<Vec<QueueRecord>, StoreError>;
+    /// One queue by name.
+    async fn queue_get(&self, name: &str) -> Result<Option<QueueRecord>, StoreError>;
+    /// Replaces a queue's attributes and/or tags.
+    async fn queue_update(&self, params: QueueUpdateParams) -> Result<(), StoreError>;
+    /// Deletes a queue and its messages; `false` if it was already gone.
+    async fn queue_delete(&self, params: QueueDeleteParams) -> Result<bool, StoreError>;
+    /// Deletes every message of a queue, at most once per cooldown.
+    async fn queue_purge(&self, params: QueuePurgeParams) -> Result<QueuePurgeOutcome, StoreError>;
+    /// Counts a queue's messages by state.
+    async fn queue_stats(&self, params: QueueStatsParams) -> Result<QueueStats, StoreError>;
+    /// Stores messages; returns their sequence numbers in order.
+    async fn message_insert_batch(
+        &self,
+        params: MessageInsertParams,
+    ) -> Result<Vec<i64>, StoreError>;
+    /// Leases up to `max_messages` visible messages.
+    async fn message_receive(
+        &self,
+        params: MessageReceiveParams,
+    ) -> Result<ReceiveOutcome, StoreError>;
+    /// Deletes messages by lease.
+    async fn message_delete_batch(
+        &self,
+        params: MessageDeleteParams,
+    ) -> Result<Vec<DeleteOutcome>, StoreError>;
+    /// Moves lease deadlines.
+    async fn message_change_visibility_batch(
+        &self,
+        params: MessageChangeVisibilityParams,
+    ) -> Result<Vec<ChangeVisibilityOutcome>, StoreError>;
+    /// Drops messages that outlived retention; returns how many.
+    async fn message_expire(&self, params: MessageExpireParams) -> Result<u64, StoreError>;
+    /// Flushes pending writes and stops background work. Idempotent.
+    async fn close(&self) -> Result<(), StoreError>;
+}

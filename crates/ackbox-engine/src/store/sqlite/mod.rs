@@ -1,0 +1,258 @@
+//! The embedded store: one SQLite database file in WAL mode.
+//!
+//! Mutations go through the single [`writer`] thread (group commit); reads use
+//! a separate read-only connection so statistics and listings never wait for
+//! a commit. See `docs/storage.md` for the schema and the crash argument.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
+
+use crate::store::{
+    ChangeVisibilityOutcome, DeleteOutcome, MessageChangeVisibilityParams, MessageDeleteParams,
+    MessageExpireParams, MessageInsertParams, MessageReceiveParams, QueueCreateOutcome,
+    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
+    QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome, Store, StoreError,
+};
+
+mod migrate;
+mod mutation;
+mod writer;
+
+pub use writer::Durability;
+
+use mutation::{QUEUE_COLUMNS, database_error, queue_from_row, queue_record};
+use writer::Writer;
+
+/// The database file inside the data directory.
+pub const DATABASE_FILE: &str = "ackbox.sqlite";
+
+/// The embedded SQLite store.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    writer: Writer,
+    /// Read-only connection for listings and statistics; never used by the writer.
+    reader: Mutex<Connection>,
+}
+
+fn open_connection(path: &Path, flags: OpenFlags) -> Result<Connection, StoreError> {
+    let connection =
+        Connection::open_with_flags(path, flags).map_err(database_error("open database"))?;
+    // The writer holds the only write lock; readers never block it in WAL mode,
+    // but a checkpoint may briefly, so wait rather than fail.
+    connection
+        .busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(database_error("set busy timeout"))?;
+    Ok(connection)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in `data_dir`, migrates it and
+    /// starts its writer.
+    pub fn open(data_dir: &Path, durability: Durability) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::Io {
+            path: data_dir.display().to_string(),
+            source,
+        })?;
+        let path = data_dir.join(DATABASE_FILE);
+        let mut writer_connection = open_connection(&path, OpenFlags::default())?;
+        let synchronous = match durability {
+            Durability::Fsync => "FULL",
+            Durability::Relaxed { .. } => "NORMAL",
+        };
+        writer_connection
+            .execute_batch(&format!(
+                "PRAGMA journal_mode = WAL;
+                 PRAGMA synchronous = {synchronous};
+                 PRAGMA foreign_keys = OFF;
+                 PRAGMA temp_store = MEMORY;
+                 PRAGMA cache_size = -65536;
+                 PRAGMA wal_autocheckpoint = 4000;"
+            ))
+            .map_err(database_error("configure writer connection"))?;
+        migrate::migrate(&mut writer_connection)?;
+        let reader = open_connection(
+            &path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        let wal_path = PathBuf::from(format!("{}-wal", path.display()));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                writer: Writer::start(writer_connection, wal_path, durability)?,
+                reader: Mutex::new(reader),
+            }),
+        })
+    }
+
+    async fn read<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || {
+            let reader = inner.reader.lock().expect("reader lock poisoned");
+            work(&reader)
+        })
+        .await
+        .map_err(|_| StoreError::Unavailable {
+            reason: "a read task was cancelled",
+        })?
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn queue_create(
+        &self,
+        params: QueueCreateParams,
+    ) -> Result<QueueCreateOutcome, StoreError> {
+        self.inner
+            .writer
+            .submit(move |connection| mutation::queue_create(connection, &params))
+            .await
+    }
+
+    async fn queue_list(&self) -> Result<Vec<QueueRecord>, StoreError> {
+        self.read(|connection| {
+            let mut select = connection
+                .prepare_cached(&format!("SELECT {QUEUE_COLUMNS} FROM queues ORDER BY name"))
+                .map_err(database_error("queue_list: prepare"))?;
+            let rows = select
+                .query_map([], queue_from_row)
+                .map_err(database_error("queue_list: select"))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(database_error("queue_list: read row"))?;
+            rows.into_iter().map(queue_record).collect()
+        })
+        .await
+    }
+
+    async fn queue_get(&self, name: &str) -> Result<Option<QueueRecord>, StoreError> {
+        let name = name.to_owned();
+        self.read(move |connection| {
+            connection
+                .query_row(
+                    &format!("SELECT {QUEUE_COLUMNS} FROM queues WHERE name = ?1"),
+                    [&name],
+                    queue_from_row,
+                )
+                .optional()
+                .map_err(database_error("queue_get"))?
+                .map(queue_record)
+                .transpose()
+        })
+        .await
+    }
+
+    async fn queue_update(&self, params: QueueUpdateParams) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .submit(move |connection| mutation::queue_update(connection, &params))
+            .await
+    }
+
+    async fn queue_delete(&self, params: QueueDeleteParams) -> Result<bool, StoreError> {
+        self.inner
+            .writer
+            .submit(move |connection| mutation::queue_delete(connection, &params))
+            .await
+    }
+
+    async fn queue_purge(&self, params: QueuePurgeParams) -> Result<QueuePurgeOutcome, StoreError> {
+        self.inner
+            .writer
+            .submit(move |connection| mutation::queue_purge(connection, &params))
+            .await
+    }
+
+    async fn queue_stats(&self, params: QueueStatsParams) -> Result<QueueStats, StoreError> {
+        self.read(move |connection| {
+            connection
+                .prepare_cached(
+                    "SELECT COALESCE(SUM(visible_at <= ?2), 0),
+                            COALESCE(SUM(visible_at > ?2 AND receive_count > 0), 0),
+                            COALESCE(SUM(visible_at > ?2 AND receive_count = 0), 0),
+                            (SELECT MIN(sent_at) FROM messages WHERE queue_id = ?1)
+                     FROM messages WHERE queue_id = ?1",
+                )
+                .and_then(|mut select| {
+                    select.query_row(params![params.queue_id, params.now], |row| {
+                        Ok(QueueStats {
+                            visible: row.get::<_, i64>(0)?.unsigned_abs(),
+                            in_flight: row.get::<_, i64>(1)?.unsigned_abs(),
+                            delayed: row.get::<_, i64>(2)?.unsigned_abs(),
+                            oldest_sent_at: row.get(3)?,
+                        })
+                    })
+                })
+                .map_err(database_error("queue_stats"))
+        })
+        .await
+    }
+
+    async fn message_insert_batch(
+        &self,
+        params: MessageInsertParams,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.inner
+            .writer
+            .submit(move |connection| mutation::message_insert_batch(connection, &params))
+            .await
+    }
+
+    async fn message_receive(
+        &self,
+        params: MessageReceiveParams,
+    ) -> Result<ReceiveOutcome, StoreError> {
+        self.inner
+            .writer
+            .submit(move |connection| mutation::message_receive(connection, &params))
+            .await
+    }
+
+    async fn message_delete_batch(
+        &self,
+        params: MessageDeleteParams,
+    ) -> Result<Vec<DeleteOutcome>, StoreError> {
+        self.inner
+            .writer
+            .submit(move |connection| mutation::message_delete_batch(connection, &params))
+            .await
+    }
+
+    async fn message_change_visibility_batch(
+        &self,
+        params: MessageChangeVisibilityParams,
+    ) -> Result<Vec<ChangeVisibilityOutcome>, StoreError> {
+        self.inner
+            .writer
+            .submit(move |connection| {
+                mutation::message_change_visibility_batch(connection, &params)
+            })
+            .await
+    }
+
+    async fn message_expire(&self, params: MessageExpireParams) -> Result<u64, StoreError> {
+        self.inner
+            .writer
+            .submit(move |connection| mutation::message_expire(connection, &params))
+            .await
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || inner.writer.close())
+            .await
+            .map_err(|_| StoreError::Unavailable {
+                reason: "closing the writer was cancelled",
+            })
+    }
+}

@@ -1,0 +1,437 @@
+//! The SQL of every mutation, run by the writer inside a group commit.
+//!
+//! Each function sees a connection whose transaction the writer owns; it must
+//! not begin or commit one itself. A function that returns `Err` has its
+//! savepoint rolled back, so a failed job leaves no partial change behind.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::store::{
+    ChangeVisibilityOutcome, DeleteOutcome, MessageChangeVisibilityParams, MessageDeleteParams,
+    MessageExpireParams, MessageInsertParams, MessageReceiveParams, QueueCreateOutcome,
+    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
+    QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage,
+};
+
+pub(crate) fn database_error(
+    operation: &'static str,
+) -> impl FnOnce(rusqlite::Error) -> StoreError {
+    move |source| StoreError::Database { operation, source }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("maps of strings always serialize")
+}
+
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|error| StoreError::Corrupt {
+        detail: format!("{what}: {error}"),
+    })
+}
+
+pub(crate) const QUEUE_COLUMNS: &str = "id, name, attributes, tags, created_at, last_modified_at";
+
+/// Decodes a row selected with [`QUEUE_COLUMNS`].
+pub(crate) fn queue_from_row(
+    row: &Row<'_>,
+) -> rusqlite::Result<(i64, String, String, String, i64, i64)> {
+    Ok((
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+    ))
+}
+
+pub(crate) fn queue_record(
+    (id, name, attributes, tags, created_at, last_modified_at): (
+        i64,
+        String,
+        String,
+        String,
+        i64,
+        i64,
+    ),
+) -> Result<QueueRecord, StoreError> {
+    Ok(QueueRecord {
+        id,
+        attributes: from_json(&attributes, "queue attributes")?,
+        tags: from_json(&tags, "queue tags")?,
+        name,
+        created_at,
+        last_modified_at,
+    })
+}
+
+pub(crate) fn queue_create(
+    connection: &Connection,
+    params: &QueueCreateParams,
+) -> Result<QueueCreateOutcome, StoreError> {
+    let existing = connection
+        .query_row(
+            &format!("SELECT {QUEUE_COLUMNS} FROM queues WHERE name = ?1"),
+            [&params.name],
+            queue_from_row,
+        )
+        .optional()
+        .map_err(database_error("queue_create: lookup"))?;
+    if let Some(row) = existing {
+        return Ok(QueueCreateOutcome::Exists(queue_record(row)?));
+    }
+    let deleted_recently = connection
+        .query_row(
+            "SELECT 1 FROM deleted_queues WHERE name = ?1 AND deleted_at >= ?2",
+            params![params.name, params.deleted_after],
+            |_| Ok(()),
+        )
+        .optional()
+        .map_err(database_error("queue_create: tombstone"))?
+        .is_some();
+    if deleted_recently {
+        return Ok(QueueCreateOutcome::DeletedRecently);
+    }
+    connection
+        .execute(
+            "INSERT INTO queues (name, attributes, tags, created_at, last_modified_at)
+             VALUES (?1, ?2, ?3, ?4, ?4)",
+            params![
+                params.name,
+                to_json(&params.attributes),
+                to_json(&params.tags),
+                params.now
+            ],
+        )
+        .map_err(database_error("queue_create: insert"))?;
+    Ok(QueueCreateOutcome::Created(QueueRecord {
+        id: connection.last_insert_rowid(),
+        name: params.name.clone(),
+        attributes: params.attributes.clone(),
+        tags: params.tags.clone(),
+        created_at: params.now,
+        last_modified_at: params.now,
+    }))
+}
+
+pub(crate) fn queue_update(
+    connection: &Connection,
+    params: &QueueUpdateParams,
+) -> Result<(), StoreError> {
+    if let Some(attributes) = &params.attributes {
+        connection
+            .execute(
+                "UPDATE queues SET attributes = ?2, last_modified_at = ?3 WHERE id = ?1",
+                params![params.queue_id, to_json(attributes), params.now],
+            )
+            .map_err(database_error("queue_update: attributes"))?;
+    }
+    if let Some(tags) = &params.tags {
+        connection
+            .execute(
+                "UPDATE queues SET tags = ?2 WHERE id = ?1",
+                params![params.queue_id, to_json::<BTreeMap<String, String>>(tags)],
+            )
+            .map_err(database_error("queue_update: tags"))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn queue_delete(
+    connection: &Connection,
+    params: &QueueDeleteParams,
+) -> Result<bool, StoreError> {
+    let name: Option<String> = connection
+        .query_row(
+            "SELECT name FROM queues WHERE id = ?1",
+            [params.queue_id],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(database_error("queue_delete: lookup"))?;
+    let Some(name) = name else {
+        return Ok(false);
+    };
+    connection
+        .execute(
+            "DELETE FROM messages WHERE queue_id = ?1",
+            [params.queue_id],
+        )
+        .map_err(database_error("queue_delete: messages"))?;
+    connection
+        .execute("DELETE FROM queues WHERE id = ?1", [params.queue_id])
+        .map_err(database_error("queue_delete: queue"))?;
+    connection
+        .execute(
+            "INSERT INTO deleted_queues (name, deleted_at) VALUES (?1, ?2)
+             ON CONFLICT (name) DO UPDATE SET deleted_at = excluded.deleted_at",
+            params![name, params.now],
+        )
+        .map_err(database_error("queue_delete: tombstone"))?;
+    Ok(true)
+}
+
+pub(crate) fn queue_purge(
+    connection: &Connection,
+    params: &QueuePurgeParams,
+) -> Result<QueuePurgeOutcome, StoreError> {
+    let last_purged_at: Option<i64> = connection
+        .query_row(
+            "SELECT last_purged_at FROM queues WHERE id = ?1",
+            [params.queue_id],
+            |row| row.get(0),
+        )
+        .map_err(database_error("queue_purge: lookup"))?;
+    if last_purged_at.is_some_and(|at| at >= params.purged_after) {
+        return Ok(QueuePurgeOutcome::InProgress);
+    }
+    let purged = connection
+        .execute(
+            "DELETE FROM messages WHERE queue_id = ?1",
+            [params.queue_id],
+        )
+        .map_err(database_error("queue_purge: messages"))?;
+    connection
+        .execute(
+            "UPDATE queues SET last_purged_at = ?2 WHERE id = ?1",
+            params![params.queue_id, params.now],
+        )
+        .map_err(database_error("queue_purge: mark"))?;
+    Ok(QueuePurgeOutcome::Purged(purged as u64))
+}
+
+pub(crate) fn message_insert_batch(
+    connection: &Connection,
+    params: &MessageInsertParams,
+) -> Result<Vec<i64>, StoreError> {
+    let mut insert = connection
+        .prepare_cached(
+            "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
+                 md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        )
+        .map_err(database_error("message_insert_batch: prepare"))?;
+    let mut seqs = Vec::with_capacity(params.messages.len());
+    for message in &params.messages {
+        let attributes = (!message.attributes.is_empty()).then(|| to_json(&message.attributes));
+        insert
+            .execute(params![
+                params.queue_id,
+                message.message_id,
+                message.body,
+                attributes,
+                message.md5_of_body,
+                message.md5_of_attributes,
+                message.trace_header,
+                message.group_id,
+                message.sender_id,
+                message.sent_at,
+                message.visible_at,
+            ])
+            .map_err(database_error("message_insert_batch: insert"))?;
+        seqs.push(connection.last_insert_rowid());
+    }
+    Ok(seqs)
+}
+
+struct MessageRow {
+    message: StoredMessage,
+    attributes_json: Option<String>,
+}
+
+fn message_row(row: &Row<'_>) -> rusqlite::Result<MessageRow> {
+    Ok(MessageRow {
+        attributes_json: row.get(3)?,
+        message: StoredMessage {
+            seq: row.get(0)?,
+            message_id: row.get(1)?,
+            body: row.get(2)?,
+            attributes: Default::default(),
+            md5_of_body: row.get(4)?,
+            md5_of_attributes: row.get(5)?,
+            trace_header: row.get(6)?,
+            group_id: row.get(7)?,
+            sender_id: row.get(8)?,
+            sent_at: row.get(9)?,
+            receive_count: row.get(10)?,
+            first_received_at: row.get(11)?,
+        },
+    })
+}
+
+pub(crate) fn message_receive(
+    connection: &Connection,
+    params: &MessageReceiveParams,
+) -> Result<ReceiveOutcome, StoreError> {
+    let mut select = connection
+        .prepare_cached(
+            "SELECT seq, message_id, body, attributes, md5_of_body, md5_of_attributes,
+                    trace_header, group_id, sender_id, sent_at, receive_count, first_received_at
+             FROM messages
+             WHERE queue_id = ?1 AND visible_at <= ?2
+             ORDER BY visible_at, receive_count, seq
+             LIMIT ?3",
+        )
+        .map_err(database_error("message_receive: prepare select"))?;
+    let mut lease = connection
+        .prepare_cached(
+            "UPDATE messages
+             SET visible_at = ?2, receive_count = receive_count + 1,
+                 first_received_at = COALESCE(first_received_at, ?3)
+             WHERE seq = ?1",
+        )
+        .map_err(database_error("message_receive: prepare lease"))?;
+    let mut expire = connection
+        .prepare_cached("DELETE FROM messages WHERE seq = ?1")
+        .map_err(database_error("message_receive: prepare expire"))?;
+
+    let mut outcome = ReceiveOutcome::default();
+    let wanted = params.max_messages as usize;
+    // A lease of zero seconds leaves a message visible, so a later round of
+    // this loop could meet it again: `leased` keeps one receive from returning
+    // a message twice. Expired messages are dropped as they are met, which is
+    // why a queue full of them needs several rounds to fill a receive.
+    let mut leased = std::collections::HashSet::new();
+    while outcome.messages.len() < wanted {
+        let limit = (wanted - outcome.messages.len() + leased.len()) as i64;
+        let rows = select
+            .query_map(params![params.queue_id, params.now, limit], message_row)
+            .map_err(database_error("message_receive: select"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(database_error("message_receive: read row"))?;
+        let mut progressed = false;
+        for MessageRow {
+            mut message,
+            attributes_json,
+        } in rows
+        {
+            if outcome.messages.len() >= wanted || !leased.insert(message.seq) {
+                continue;
+            }
+            progressed = true;
+            if message.sent_at <= params.expired_at_or_before {
+                expire
+                    .execute([message.seq])
+                    .map_err(database_error("message_receive: expire"))?;
+                outcome.expired += 1;
+                continue;
+            }
+            lease
+                .execute(params![message.seq, params.visible_at, params.now])
+                .map_err(database_error("message_receive: lease"))?;
+            if let Some(json) = attributes_json {
+                message.attributes = from_json(&json, "message attributes")?;
+            }
+            message.receive_count += 1;
+            message.first_received_at.get_or_insert(params.now);
+            outcome.messages.push(message);
+        }
+        if !progressed {
+            break;
+        }
+    }
+    if outcome.messages.is_empty() {
+        outcome.next_visible_at = connection
+            .prepare_cached(
+                "SELECT MIN(visible_at) FROM messages WHERE queue_id = ?1 AND visible_at > ?2",
+            )
+            .and_then(|mut next| {
+                next.query_row(params![params.queue_id, params.now], |row| row.get(0))
+            })
+            .map_err(database_error("message_receive: next visible"))?;
+    }
+    Ok(outcome)
+}
+
+pub(crate) fn message_delete_batch(
+    connection: &Connection,
+    params: &MessageDeleteParams,
+) -> Result<Vec<DeleteOutcome>, StoreError> {
+    let mut delete = connection
+        .prepare_cached("DELETE FROM messages WHERE seq = ?1 AND queue_id = ?2")
+        .map_err(database_error("message_delete_batch: prepare"))?;
+    params
+        .leases
+        .iter()
+        .map(|lease| {
+            let deleted = delete
+                .execute(params![lease.seq, params.queue_id])
+                .map_err(database_error("message_delete_batch: delete"))?;
+            Ok(if deleted > 0 {
+                DeleteOutcome::Deleted
+            } else {
+                DeleteOutcome::AlreadyGone
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn message_change_visibility_batch(
+    connection: &Connection,
+    params: &MessageChangeVisibilityParams,
+) -> Result<Vec<ChangeVisibilityOutcome>, StoreError> {
+    let mut lookup = connection
+        .prepare_cached(
+            "SELECT receive_count, visible_at FROM messages WHERE seq = ?1 AND queue_id = ?2",
+        )
+        .map_err(database_error(
+            "message_change_visibility_batch: prepare lookup",
+        ))?;
+    let mut update = connection
+        .prepare_cached("UPDATE messages SET visible_at = ?2 WHERE seq = ?1")
+        .map_err(database_error(
+            "message_change_visibility_batch: prepare update",
+        ))?;
+    params
+        .changes
+        .iter()
+        .map(|change| {
+            let current: Option<(i64, i64)> = lookup
+                .query_row(params![change.lease.seq, params.queue_id], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .optional()
+                .map_err(database_error("message_change_visibility_batch: lookup"))?;
+            Ok(match current {
+                Some((receive_count, _)) if receive_count != change.lease.lease => {
+                    ChangeVisibilityOutcome::NotAvailable
+                }
+                Some((_, visible_at)) if visible_at <= params.now => {
+                    ChangeVisibilityOutcome::NotInFlight
+                }
+                Some(_) => {
+                    update
+                        .execute(params![change.lease.seq, change.visible_at])
+                        .map_err(database_error("message_change_visibility_batch: update"))?;
+                    ChangeVisibilityOutcome::Changed
+                }
+                None => ChangeVisibilityOutcome::NotAvailable,
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn message_expire(
+    connection: &Connection,
+    params: &MessageExpireParams,
+) -> Result<u64, StoreError> {
+    let expired = connection
+        .prepare_cached(
+            "DELETE FROM messages WHERE seq IN (
+                 SELECT seq FROM messages WHERE queue_id = ?1 AND sent_at <= ?2 LIMIT ?3)",
+        )
+        .and_then(|mut delete| {
+            delete.execute(params![
+                params.queue_id,
+                params.expired_at_or_before,
+                params.limit
+            ])
+        })
+        .map_err(database_error("message_expire"))?;
+    Ok(expired as u64)
+}

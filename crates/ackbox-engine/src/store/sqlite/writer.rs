@@ -1,0 +1,393 @@
+//! The single SQLite writer: group commit on a dedicated OS thread.
+//!
+//! Every mutation is a [`Job`] pushed onto a bounded queue. The writer thread
+//! takes all queued jobs (up to [`MAX_JOBS_PER_COMMIT`]), runs each inside its
+//! own savepoint of one transaction, commits — which fsyncs the WAL in
+//! [`Durability::Fsync`] mode — and only then completes every job. A caller is
+//! therefore never told "done" before its change is durable, and concurrent
+//! callers share one fsync.
+//!
+//! Backpressure: at most [`QUEUE_CAPACITY`] jobs wait; further submitters wait
+//! asynchronously for a slot instead of growing memory without bound.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rusqlite::Connection;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
+
+use crate::store::StoreError;
+
+/// Jobs committed together at most; bounds the latency one commit adds.
+const MAX_JOBS_PER_COMMIT: usize = 512;
+/// Jobs waiting for the writer at most.
+const QUEUE_CAPACITY: usize = 4_096;
+
+/// How hard a commit is pushed to disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Every commit fsyncs the WAL before any caller is answered.
+    Fsync,
+    /// Commits reach the OS at once (a process crash loses nothing) but are
+    /// fsynced at most every `sync_interval`: a power loss or kernel crash
+    /// can lose the acknowledged writes of that last interval.
+    Relaxed {
+        /// Longest time an acknowledged write stays un-fsynced.
+        sync_interval: Duration,
+    },
+}
+
+/// Called once the job's transaction has committed (`true`) or failed (`false`).
+type Completion = Box<dyn FnOnce(bool) + Send>;
+/// A mutation: runs SQL and says whether it succeeded (its savepoint is kept)
+/// or failed (its savepoint is rolled back), plus how to answer its caller.
+type Job = Box<dyn FnOnce(&Connection) -> (bool, Completion) + Send>;
+
+struct Pending {
+    job: Job,
+    /// Released when the writer takes the job, making room for another.
+    _slot: OwnedSemaphorePermit,
+}
+
+/// State shared between submitters (writers of `jobs`) and the writer thread
+/// (the only reader of `jobs`).
+struct Shared {
+    jobs: Mutex<Queue>,
+    /// Signalled when a job arrives or the writer must stop.
+    wake: Condvar,
+}
+
+struct Queue {
+    pending: VecDeque<Pending>,
+    closing: bool,
+}
+
+/// Handle to the writer thread; dropping it without [`Writer::close`] leaves
+/// the thread to drain and exit when the last submitter is gone.
+pub(crate) struct Writer {
+    shared: Arc<Shared>,
+    slots: Arc<Semaphore>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer").finish_non_exhaustive()
+    }
+}
+
+impl Writer {
+    /// Starts the writer thread on `connection`.
+    pub(crate) fn start(
+        connection: Connection,
+        wal_path: PathBuf,
+        durability: Durability,
+    ) -> Result<Self, StoreError> {
+        let shared = Arc::new(Shared {
+            jobs: Mutex::new(Queue {
+                pending: VecDeque::new(),
+                closing: false,
+            }),
+            wake: Condvar::new(),
+        });
+        let thread_shared = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("ackbox-sqlite-writer".to_owned())
+            .spawn(move || {
+                WriterLoop {
+                    connection,
+                    wal_path,
+                    durability,
+                    shared: thread_shared,
+                    unsynced_since: None,
+                }
+                .run();
+            })
+            .map_err(|source| StoreError::Io {
+                path: "ackbox-sqlite-writer thread".to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            shared,
+            slots: Arc::new(Semaphore::new(QUEUE_CAPACITY)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// Runs `work` in the next group commit and returns its result once durable.
+    pub(crate) async fn submit<T, F>(&self, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let slot =
+            Arc::clone(&self.slots)
+                .acquire_owned()
+                .await
+                .map_err(|_| StoreError::Unavailable {
+                    reason: "the store is closed",
+                })?;
+        let (reply, answer) = oneshot::channel();
+        let job: Job = Box::new(move |connection| {
+            let result = work(connection);
+            let succeeded = result.is_ok();
+            let completion: Completion = Box::new(move |committed| {
+                let outcome = if committed {
+                    result
+                } else {
+                    Err(StoreError::Unavailable {
+                        reason: "the write transaction failed to commit",
+                    })
+                };
+                // The caller may have gone away (request cancelled); the write stands.
+                let _ = reply.send(outcome);
+            });
+            (succeeded, completion)
+        });
+        {
+            let mut queue = self.shared.jobs.lock().expect("writer queue lock poisoned");
+            if queue.closing {
+                return Err(StoreError::Unavailable {
+                    reason: "the store is closed",
+                });
+            }
+            queue.pending.push_back(Pending { job, _slot: slot });
+        }
+        self.shared.wake.notify_one();
+        answer.await.map_err(|_| StoreError::Unavailable {
+            reason: "the writer stopped before answering",
+        })?
+    }
+
+    /// Commits what is queued, stops the thread and waits for it. Idempotent.
+    pub(crate) fn close(&self) {
+        self.slots.close();
+        {
+            let mut queue = self.shared.jobs.lock().expect("writer queue lock poisoned");
+            queue.closing = true;
+        }
+        self.shared.wake.notify_one();
+        let thread = self
+            .thread
+            .lock()
+            .expect("writer thread lock poisoned")
+            .take();
+        if let Some(thread) = thread
+            && thread.join().is_err()
+        {
+            tracing::error!("the SQLite writer thread panicked");
+        }
+    }
+}
+
+struct WriterLoop {
+    connection: Connection,
+    wal_path: PathBuf,
+    durability: Durability,
+    shared: Arc<Shared>,
+    /// In relaxed mode: when the oldest commit not yet fsynced was made.
+    unsynced_since: Option<Instant>,
+}
+
+impl WriterLoop {
+    fn run(mut self) {
+        loop {
+            let (batch, closing) = self.next_batch();
+            if !batch.is_empty() {
+                self.commit(batch);
+            }
+            self.sync_if_due(closing);
+            if closing && self.queue_is_empty() {
+                break;
+            }
+        }
+        if let Err(error) = self
+            .connection
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+        {
+            tracing::warn!(%error, "final WAL checkpoint failed; the WAL will be replayed at next start");
+        }
+    }
+
+    fn queue_is_empty(&self) -> bool {
+        self.shared
+            .jobs
+            .lock()
+            .expect("writer queue lock poisoned")
+            .pending
+            .is_empty()
+    }
+
+    /// Waits for work; in relaxed mode wakes up in time for the next due fsync.
+    fn next_batch(&mut self) -> (Vec<Pending>, bool) {
+        let mut queue = self.shared.jobs.lock().expect("writer queue lock poisoned");
+        while queue.pending.is_empty() && !queue.closing {
+            match (self.durability, self.unsynced_since) {
+                (Durability::Relaxed { sync_interval }, Some(since)) => {
+                    let due = since + sync_interval;
+                    let now = Instant::now();
+                    if now >= due {
+                        break;
+                    }
+                    queue = self
+                        .shared
+                        .wake
+                        .wait_timeout(queue, due - now)
+                        .expect("writer queue lock poisoned")
+                        .0;
+                }
+                _ => {
+                    queue = self
+                        .shared
+                        .wake
+                        .wait(queue)
+                        .expect("writer queue lock poisoned");
+                }
+            }
+        }
+        let take = queue.pending.len().min(MAX_JOBS_PER_COMMIT);
+        let batch = queue.pending.drain(..take).collect();
+        (batch, queue.closing)
+    }
+
+    fn commit(&mut self, batch: Vec<Pending>) {
+        let mut completions = Vec::with_capacity(batch.len());
+        if let Err(error) = self.connection.execute_batch("BEGIN IMMEDIATE") {
+            // Dropping the jobs unrun drops their reply channels: every caller
+            // hears "unavailable" and nothing is acknowledged.
+            tracing::error!(%error, jobs = batch.len(), "could not begin a write transaction");
+            return;
+        }
+        for pending in batch {
+            let savepoint = self.connection.execute_batch("SAVEPOINT job");
+            let (succeeded, completion) = (pending.job)(&self.connection);
+            let closed = if succeeded {
+                self.connection.execute_batch("RELEASE job")
+            } else {
+                self.connection
+                    .execute_batch("ROLLBACK TO job; RELEASE job")
+            };
+            if let Err(error) = savepoint.and(closed) {
+                tracing::error!(%error, "savepoint handling failed");
+            }
+            completions.push(completion);
+        }
+        let committed = match self.connection.execute_batch("COMMIT") {
+            Ok(()) => true,
+            Err(error) => {
+                tracing::error!(%error, jobs = completions.len(), "group commit failed; no job is acknowledged");
+                if let Err(error) = self.connection.execute_batch("ROLLBACK") {
+                    tracing::error!(%error, "rollback after a failed commit failed");
+                }
+                false
+            }
+        };
+        if committed && matches!(self.durability, Durability::Relaxed { .. }) {
+            self.unsynced_since.get_or_insert_with(Instant::now);
+        }
+        for complete in completions {
+            complete(committed);
+        }
+    }
+
+    fn sync_if_due(&mut self, force: bool) {
+        let Durability::Relaxed { sync_interval } = self.durability else {
+            return;
+        };
+        let Some(since) = self.unsynced_since else {
+            return;
+        };
+        if !force && since.elapsed() < sync_interval {
+            return;
+        }
+        // fsync acts on the inode, so a second descriptor of the WAL file
+        // flushes what SQLite's own descriptor wrote.
+        let synced = std::fs::File::open(&self.wal_path).and_then(|wal| wal.sync_data());
+        match synced {
+            Ok(()) => self.unsynced_since = None,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                self.unsynced_since = None;
+            }
+            Err(error) => {
+                tracing::error!(%error, path = %self.wal_path.display(), "periodic WAL fsync failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_writer(dir: &tempfile::TempDir, durability: Durability) -> Writer {
+        let path = dir.path().join("db.sqlite");
+        let connection = Connection::open(&path).unwrap();
+        connection
+            .execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (v INTEGER NOT NULL);")
+            .unwrap();
+        Writer::start(connection, dir.path().join("db.sqlite-wal"), durability).unwrap()
+    }
+
+    fn count(dir: &tempfile::TempDir) -> i64 {
+        let connection = Connection::open(dir.path().join("db.sqlite")).unwrap();
+        connection
+            .query_row("SELECT COUNT(*) FROM t", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_jobs_all_commit_and_a_failed_job_rolls_back_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Arc::new(open_writer(&dir, Durability::Fsync));
+        let mut tasks = Vec::new();
+        for value in 0..64i64 {
+            let writer = Arc::clone(&writer);
+            tasks.push(tokio::spawn(async move {
+                writer
+                    .submit(move |connection| {
+                        connection
+                            .execute("INSERT INTO t (v) VALUES (?1)", [value])
+                            .map_err(|source| StoreError::Database {
+                                operation: "insert",
+                                source,
+                            })?;
+                        if value == 13 {
+                            return Err(StoreError::Corrupt {
+                                detail: "unlucky".into(),
+                            });
+                        }
+                        Ok(value)
+                    })
+                    .await
+            }));
+        }
+        let mut failures = 0;
+        for task in tasks {
+            if task.await.unwrap().is_err() {
+                failures += 1;
+            }
+        }
+        writer.close();
+        assert_eq!(failures, 1);
+        assert_eq!(count(&dir), 63);
+    }
+
+    #[tokio::test]
+    async fn submit_after_close_is_unavailable() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = open_writer(
+            &dir,
+            Durability::Relaxed {
+                sync_interval: Duration::from_millis(5),
+            },
+        );
+        writer.submit(|_| Ok(())).await.unwrap();
+        writer.close();
+        writer.close();
+        let error = writer.submit(|_| Ok(())).await.unwrap_err();
+        assert!(error.is_retryable());
+    }
+}

@@ -1,0 +1,143 @@
+//! A whole broker in one call: open the store, load the installation secret,
+//! start the engine and serve HTTP. Used by `ackbox serve` and by the test
+//! harness, so both run exactly the same wiring.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ackbox_core::clock::Clock;
+use ackbox_core::queue_name::Realm;
+use ackbox_engine::secret::load_or_create_receipt_key;
+use ackbox_engine::store::sqlite::{Durability, SqliteStore};
+use ackbox_engine::{Engine, EngineConfig};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::ServerError;
+use crate::app::{AppState, serve};
+
+/// Everything needed to start a broker.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    /// Address to listen on; port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Directory of the embedded store and the installation secret.
+    pub data_dir: PathBuf,
+    /// How commits reach the disk.
+    pub durability: Durability,
+    /// Region and account.
+    pub realm: Realm,
+}
+
+/// Why a broker could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    /// The store could not be opened.
+    #[error("cannot open the store in {data_dir}")]
+    Store {
+        /// The data directory.
+        data_dir: String,
+        /// The store's error.
+        #[source]
+        source: ackbox_engine::store::StoreError,
+    },
+    /// The engine could not load its queues.
+    #[error("cannot start the engine")]
+    Engine {
+        /// The engine's error.
+        #[source]
+        source: ackbox_engine::EngineError,
+    },
+    /// The listen address could not be bound.
+    #[error("cannot listen on {address}")]
+    Bind {
+        /// The address.
+        address: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A broker serving in the background.
+#[derive(Debug)]
+pub struct RunningBroker {
+    /// The bound address.
+    pub local_addr: SocketAddr,
+    /// The engine, for in-process administration (predefined queues).
+    pub engine: Engine,
+    shutdown: CancellationToken,
+    task: JoinHandle<Result<(), ServerError>>,
+}
+
+impl RunningBroker {
+    /// Opens the store, starts the engine and begins serving.
+    pub async fn start(config: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
+        let store_error = |source| StartError::Store {
+            data_dir: config.data_dir.display().to_string(),
+            source,
+        };
+        let receipt_key = load_or_create_receipt_key(&config.data_dir).map_err(store_error)?;
+        let store = SqliteStore::open(&config.data_dir, config.durability).map_err(store_error)?;
+        let mut engine_config = EngineConfig::new(receipt_key);
+        engine_config.realm = config.realm.clone();
+        let engine = Engine::start(engine_config, Arc::new(store), clock)
+            .await
+            .map_err(|source| StartError::Engine { source })?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    address: config.listen,
+                    source,
+                })?;
+        let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
+            address: config.listen,
+            source,
+        })?;
+        let shutdown = CancellationToken::new();
+        let state = AppState {
+            engine: engine.clone(),
+            fallback_base_url: format!("http://{local_addr}"),
+        };
+        let stop = shutdown.clone();
+        let task = tokio::spawn(serve(
+            listener,
+            state,
+            async move { stop.cancelled().await },
+        ));
+        Ok(Self {
+            local_addr,
+            engine,
+            shutdown,
+            task,
+        })
+    }
+
+    /// `http://host:port` of the broker.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.local_addr)
+    }
+
+    /// Resolves when the server stops on its own (it should not) or fails.
+    pub async fn wait(&mut self) -> Result<(), ServerError> {
+        (&mut self.task).await.unwrap_or_else(|join| {
+            Err(ServerError::Serve {
+                source: std::io::Error::other(join),
+            })
+        })
+    }
+
+    /// Graceful stop: stop accepting, finish requests, flush and close the store.
+    pub async fn stop(self) -> Result<(), ServerError> {
+        self.shutdown.cancel();
+        self.task.await.unwrap_or_else(|join| {
+            Err(ServerError::Serve {
+                source: std::io::Error::other(join),
+            })
+        })
+    }
+}

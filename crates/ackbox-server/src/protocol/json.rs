@@ -1,0 +1,147 @@
+//! The AWS JSON 1.0 protocol: `POST /` with `X-Amz-Target: AmazonSQS.<Action>`
+//! and a JSON body.
+//!
+//! Parsing failures become SQS errors that name the offending field: a missing
+//! member is `MissingParameter`, a member of the wrong type is
+//! `InvalidParameterValue`, and a body that is not JSON at all is a
+//! `SerializationException`.
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use ackbox_core::error::{ErrorCode, SqsError};
+
+use crate::error::ApiError;
+
+/// The content type of JSON 1.0 requests and responses.
+pub const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
+/// The target prefix of SQS actions.
+pub const TARGET_PREFIX: &str = "AmazonSQS.";
+/// The header naming the action.
+pub const TARGET_HEADER: &str = "x-amz-target";
+
+/// Whether a request speaks JSON 1.0 (by content type or target header).
+pub fn is_json_request(headers: &HeaderMap) -> bool {
+    let content_type_is_json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.trim().starts_with("application/x-amz-json"));
+    content_type_is_json || headers.contains_key(TARGET_HEADER)
+}
+
+/// The action named by `X-Amz-Target`.
+pub fn target_action(headers: &HeaderMap) -> Result<&str, SqsError> {
+    let target = headers
+        .get(TARGET_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .ok_or_else(|| {
+            SqsError::new(
+                ErrorCode::UnknownOperation,
+                "The request must carry an X-Amz-Target header naming the action.",
+            )
+        })?;
+    target.strip_prefix(TARGET_PREFIX).ok_or_else(|| {
+        SqsError::new(
+            ErrorCode::UnknownOperation,
+            format!("X-Amz-Target {target:?} is not an SQS action; expected \"{TARGET_PREFIX}<Action>\"."),
+        )
+    })
+}
+
+/// Decodes a request body, naming the field at fault.
+pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        body
+    };
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        let message = inner.to_string();
+        let sqs = if let Some(field) = missing_field(&message) {
+            SqsError::missing_parameter(field)
+        } else if inner.is_data() {
+            SqsError::invalid_value(format!(
+                "Value for parameter {path} is invalid. Reason: {}.",
+                message.split(" at line").next().unwrap_or(&message)
+            ))
+        } else {
+            SqsError::new(
+                ErrorCode::SerializationException,
+                format!("The request body is not valid JSON: {message}."),
+            )
+        };
+        ApiError::Sqs(sqs)
+    })
+}
+
+fn missing_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("missing field `")?;
+    rest.split('`').next()
+}
+
+/// Encodes a successful response.
+pub fn respond<T: Serialize>(response: &T) -> Response {
+    match serde_json::to_vec(response) {
+        Ok(body) => {
+            let mut response = (StatusCode::OK, body).into_response();
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+            response
+        }
+        Err(error) => {
+            tracing::error!(%error, "response serialization failed");
+            ApiError::Sqs(SqsError::internal()).into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    #[allow(dead_code)]
+    struct Probe {
+        queue_url: String,
+        max_number_of_messages: Option<i32>,
+    }
+
+    fn sqs(error: ApiError) -> SqsError {
+        error.client_error()
+    }
+
+    #[test]
+    fn missing_member_is_missing_parameter() {
+        let error = sqs(parse::<Probe>(b"{}").unwrap_err());
+        assert_eq!(error.code, ErrorCode::MissingParameter);
+        assert_eq!(
+            error.message,
+            "The request must contain the parameter QueueUrl."
+        );
+    }
+
+    #[test]
+    fn wrong_type_names_the_field() {
+        let error =
+            sqs(parse::<Probe>(br#"{"QueueUrl":"q","MaxNumberOfMessages":"ten"}"#).unwrap_err());
+        assert_eq!(error.code, ErrorCode::InvalidParameterValue);
+        assert!(
+            error.message.contains("MaxNumberOfMessages"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn broken_json_is_a_serialization_error() {
+        let error = sqs(parse::<Probe>(b"{\"QueueUrl\":").unwrap_err());
+        assert_eq!(error.code, ErrorCode::SerializationException);
+    }
+}

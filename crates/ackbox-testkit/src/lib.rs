@@ -1,0 +1,26 @@
+//! Test harness for ackbox: real brokers on real sockets, in-process or as a
+//! child process that can be `kill -9`ed, plus the official AWS SDK client
+//! pointed at them.
+//!
+//! Use it only from `tests/` directories: a `#[cfg(test)]` unit test that
+//! links the testkit would link a second copy of the engine.
+//!
+//! # Layout
+//! - [`server`]: [`TestServer`](server::TestServer), an in-process broker with restart.
+//! - [`process`]: [`ServerProcess`](process::ServerProcess), the built binary as a child process.
+//! - [`client`]: an `aws-sdk-sqs` client for an endpoint.
+//!
+//! # Example
+//! ```no_run
+//! # async fn demo() {
+//! use ackbox_testkit::server::TestServer;
+//! let server = TestServer::builder().start().await;
+//! let client = server.client();
+//! client.create_queue().queue_name("q").send().await.unwrap();
+//! # }
+//! ```
+#![cfg_attr(not(test), deny(clippy::unwrap_used))]
+
+pub mod client;
+pub mod process;
+pub mod server;

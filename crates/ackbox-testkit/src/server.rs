@@ -1,0 +1,137 @@
+//! An in-process broker on `127.0.0.1:0` with its own temporary data directory.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ackbox_core::clock::{Clock, ManualClock, SystemClock};
+use ackbox_core::queue_name::Realm;
+use ackbox_engine::Engine;
+use ackbox_engine::store::sqlite::Durability;
+use ackbox_server::broker::{BrokerConfig, RunningBroker};
+use tempfile::TempDir;
+
+/// Builds a [`TestServer`].
+#[derive(Debug, Default)]
+pub struct TestServerBuilder {
+    clock: Option<ManualClock>,
+    durability: Option<Durability>,
+}
+
+impl TestServerBuilder {
+    /// Drive the broker's time with `clock` instead of the wall clock.
+    pub fn clock(mut self, clock: ManualClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Use `durability` instead of fsync-per-commit.
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = Some(durability);
+        self
+    }
+
+    /// Starts the broker.
+    ///
+    /// # Panics
+    /// When the broker cannot start: a test cannot go on without it.
+    pub async fn start(self) -> TestServer {
+        let data_dir = tempfile::tempdir().expect("a temporary data directory");
+        let clock: Arc<dyn Clock> = match &self.clock {
+            Some(clock) => Arc::new(clock.clone()),
+            None => Arc::new(SystemClock),
+        };
+        let config = BrokerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir: data_dir.path().to_path_buf(),
+            durability: self.durability.unwrap_or(Durability::Fsync),
+            realm: Realm::default(),
+        };
+        let broker = RunningBroker::start(config.clone(), Arc::clone(&clock))
+            .await
+            .expect("the test broker starts");
+        TestServer {
+            config: BrokerConfig {
+                listen: broker.local_addr,
+                ..config
+            },
+            clock,
+            broker: Some(broker),
+            _data_dir: data_dir,
+        }
+    }
+}
+
+/// A running in-process broker. Dropping it abandons the server task; call
+/// [`TestServer::stop`] to test graceful shutdown.
+#[derive(Debug)]
+pub struct TestServer {
+    config: BrokerConfig,
+    clock: Arc<dyn Clock>,
+    broker: Option<RunningBroker>,
+    _data_dir: TempDir,
+}
+
+impl TestServer {
+    /// A builder with the wall clock and fsync durability.
+    pub fn builder() -> TestServerBuilder {
+        TestServerBuilder::default()
+    }
+
+    fn broker(&self) -> &RunningBroker {
+        self.broker.as_ref().expect("the broker is running")
+    }
+
+    /// `http://127.0.0.1:port`.
+    pub fn url(&self) -> String {
+        self.broker().url()
+    }
+
+    /// An `aws-sdk-sqs` client for this broker.
+    pub fn client(&self) -> aws_sdk_sqs::Client {
+        crate::client::sqs_client(&self.url())
+    }
+
+    /// The engine behind the broker.
+    pub fn engine(&self) -> &Engine {
+        &self.broker().engine
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        &self.config.data_dir
+    }
+
+    /// Stops gracefully and starts again on the same data directory and port.
+    ///
+    /// # Panics
+    /// When the broker does not stop cleanly or cannot start again.
+    pub async fn restart(&mut self) {
+        if let Some(broker) = self.broker.take() {
+            broker.stop().await.expect("the broker stops cleanly");
+        }
+        let mut attempts = 0;
+        let broker = loop {
+            match RunningBroker::start(self.config.clone(), Arc::clone(&self.clock)).await {
+                Ok(broker) => break broker,
+                // The port may linger for a moment after the old listener closed.
+                Err(_) if attempts < 50 => {
+                    attempts += 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(error) => panic!("the broker restarts: {error}"),
+            }
+        };
+        self.broker = Some(broker);
+    }
+
+    /// Stops gracefully.
+    ///
+    /// # Panics
+    /// When the broker does not stop cleanly.
+    pub async fn stop(mut self) {
+        if let Some(broker) = self.broker.take() {
+            broker.stop().await.expect("the broker stops cleanly");
+        }
+    }
+}

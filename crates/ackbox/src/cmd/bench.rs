@@ -1,0 +1,563 @@
+//! `ackbox bench`: a native load generator over the SQS HTTP API.
+//!
+//! - **W1 durable produce**: `-P` producers send `SendMessageBatch` of
+//!   `--batch` bodies of `--body-size` bytes as fast as acknowledgements come.
+//! - **W2 consume + delete**: `-C` consumers `ReceiveMessage` up to 10 and
+//!   `DeleteMessageBatch` them until the backlog W1 left (or a prefill) is gone.
+//! - **W3 latency at a fixed rate**: one scheduler sends single messages at
+//!   `--rate` per second; latency is measured from each message's *scheduled*
+//!   send time (so a stall is charged to every message it delays), both to the
+//!   send acknowledgement and to its receipt by a consumer.
+//!
+//! With `--server-pid` the server's CPU time per message is reported too.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::api_client::{ApiClient, EndpointArgs};
+
+/// Which workloads to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Workload {
+    /// Durable produce.
+    W1,
+    /// Consume and delete.
+    W2,
+    /// Latency at a fixed rate.
+    W3,
+    /// W1, then W2 on W1's backlog, then W3.
+    All,
+}
+
+/// Flags of `ackbox bench`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    endpoint: EndpointArgs,
+    /// Workload to run.
+    #[arg(long, value_enum, default_value_t = Workload::All)]
+    workload: Workload,
+    /// Producers (W1).
+    #[arg(short = 'P', long, default_value_t = 4)]
+    producers: usize,
+    /// Consumers (W2, W3).
+    #[arg(short = 'C', long, default_value_t = 4)]
+    consumers: usize,
+    /// How long W1 and W3 run, seconds.
+    #[arg(long, default_value_t = 10)]
+    duration: u64,
+    /// Messages to prefill when W2 runs without W1.
+    #[arg(long, default_value_t = 100_000)]
+    prefill: u64,
+    /// Message body size, bytes.
+    #[arg(long, default_value_t = 256)]
+    body_size: usize,
+    /// Messages per SendMessageBatch (1..=10).
+    #[arg(long, default_value_t = 10)]
+    batch: usize,
+    /// W3 send rate, messages per second.
+    #[arg(long, default_value_t = 1_000)]
+    rate: u64,
+    /// Queue to use; a fresh `bench-<pid>-<time>` queue when absent.
+    #[arg(long)]
+    queue: Option<String>,
+    /// The server's process id, to report its CPU time per message.
+    #[arg(long)]
+    server_pid: Option<u32>,
+}
+
+/// Latency percentiles in microseconds.
+#[derive(Debug, Serialize)]
+struct Latency {
+    p50_us: u64,
+    p99_us: u64,
+    p999_us: u64,
+    max_us: u64,
+}
+
+impl Latency {
+    fn of(histogram: &Histogram<u64>) -> Self {
+        Self {
+            p50_us: histogram.value_at_quantile(0.50),
+            p99_us: histogram.value_at_quantile(0.99),
+            p999_us: histogram.value_at_quantile(0.999),
+            max_us: histogram.max(),
+        }
+    }
+}
+
+/// One workload's result.
+#[derive(Debug, Serialize)]
+struct Report {
+    workload: &'static str,
+    messages: u64,
+    seconds: f64,
+    messages_per_second: f64,
+    /// Per request (W1, W2) or per message from its scheduled time to its acknowledgement (W3).
+    request_latency: Latency,
+    /// W3 only: scheduled send time to receipt by a consumer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivery_latency: Option<Latency>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server_cpu_us_per_message: Option<f64>,
+    errors: u64,
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 3).expect("static histogram bounds are valid")
+}
+
+fn micros(duration: Duration) -> u64 {
+    u64::try_from(duration.as_micros())
+        .unwrap_or(u64::MAX)
+        .max(1)
+}
+
+/// Server CPU time (user + system) in microseconds, from `/proc`.
+fn process_cpu_us(pid: u32) -> anyhow::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .with_context(|| format!("reading /proc/{pid}/stat"))?;
+    let after_name = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    // Fields 14 and 15 of stat (utime, stime) are at 11 and 12 after the name.
+    let ticks: u64 = fields
+        .get(11..13)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|field| field.parse::<u64>().ok())
+        .sum();
+    // USER_HZ is 100 on every Linux ABI that matters here.
+    Ok(ticks * 10_000)
+}
+
+struct CpuMeter {
+    pid: Option<u32>,
+    start_us: u64,
+}
+
+impl CpuMeter {
+    fn start(pid: Option<u32>) -> anyhow::Result<Self> {
+        let start_us = pid.map(process_cpu_us).transpose()?.unwrap_or(0);
+        Ok(Self { pid, start_us })
+    }
+
+    fn per_message(&self, messages: u64) -> anyhow::Result<Option<f64>> {
+        let Some(pid) = self.pid else { return Ok(None) };
+        let used = process_cpu_us(pid)?.saturating_sub(self.start_us);
+        Ok((messages > 0).then(|| used as f64 / messages as f64))
+    }
+}
+
+fn progress(hidden: bool, label: &str, length: Option<u64>) -> ProgressBar {
+    if hidden {
+        return ProgressBar::hidden();
+    }
+    let bar = length.map_or_else(ProgressBar::new_spinner, ProgressBar::new);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{prefix:>4} {spinner} {elapsed:>4} {pos:>10} msgs {per_sec:>14} {wide_bar}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.set_prefix(label.to_owned());
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
+}
+
+fn send_batch_body(queue_url: &str, batch: usize, body: &str) -> Bytes {
+    let entries: Vec<Value> = (0..batch)
+        .map(|index| json!({ "Id": index.to_string(), "MessageBody": body }))
+        .collect();
+    Bytes::from(json!({ "QueueUrl": queue_url, "Entries": entries }).to_string())
+}
+
+fn failed_entries(reply: &[u8]) -> u64 {
+    serde_json::from_slice::<Value>(reply)
+        .ok()
+        .and_then(|value| value["Failed"].as_array().map(|failed| failed.len() as u64))
+        .unwrap_or(0)
+}
+
+/// Runs the chosen workloads and prints their reports.
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    if !(1..=10).contains(&args.batch) {
+        bail!("--batch must be 1..=10; got {}", args.batch);
+    }
+    if args.producers == 0 || args.consumers == 0 || args.rate == 0 {
+        bail!("-P, -C and --rate must be at least 1");
+    }
+    let client = args.endpoint.client()?;
+    let queue = args.queue.clone().unwrap_or_else(|| {
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|elapsed| elapsed.as_secs())
+            .unwrap_or(0);
+        format!("bench-{}-{stamp}", std::process::id())
+    });
+    let reply = client
+        .call(
+            "CreateQueue",
+            &json!({ "QueueName": queue, "Attributes": { "VisibilityTimeout": "60" } }),
+        )
+        .await?;
+    let queue_url = reply["QueueUrl"]
+        .as_str()
+        .context("CreateQueue returned no QueueUrl")?
+        .to_owned();
+    let body = "x".repeat(args.body_size);
+    let mut reports = Vec::new();
+
+    let runs_w1 = matches!(args.workload, Workload::W1 | Workload::All);
+    if runs_w1 {
+        reports.push(produce(&client, &args, &queue_url, &body).await?);
+    }
+    if matches!(args.workload, Workload::W2 | Workload::All) {
+        let backlog = if runs_w1 {
+            reports[0].messages
+        } else {
+            prefill(&client, &queue_url, &body, args.prefill).await?;
+            args.prefill
+        };
+        reports.push(consume(&client, &args, &queue_url, backlog).await?);
+    }
+    if matches!(args.workload, Workload::W3 | Workload::All) {
+        reports.push(latency(&client, &args, &queue_url).await?);
+    }
+
+    if args.endpoint.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({ "queue": queue, "reports": reports }))?
+        );
+    } else {
+        for report in &reports {
+            println!(
+                "{:<3} {:>9} msgs in {:>6.2}s = {:>9.0} msg/s | p50 {:>6}µs p99 {:>6}µs max {:>7}µs{}{}{}",
+                report.workload,
+                report.messages,
+                report.seconds,
+                report.messages_per_second,
+                report.request_latency.p50_us,
+                report.request_latency.p99_us,
+                report.request_latency.max_us,
+                report
+                    .delivery_latency
+                    .as_ref()
+                    .map_or(String::new(), |delivery| format!(
+                        " | delivery p50 {}µs p99 {}µs max {}µs",
+                        delivery.p50_us, delivery.p99_us, delivery.max_us
+                    )),
+                report
+                    .server_cpu_us_per_message
+                    .map_or(String::new(), |cpu| format!(
+                        " | server {cpu:.1} µs CPU/msg"
+                    )),
+                if report.errors > 0 {
+                    format!(" | {} errors", report.errors)
+                } else {
+                    String::new()
+                },
+            );
+        }
+    }
+    Ok(())
+}
+
+async fn prefill(
+    client: &ApiClient,
+    queue_url: &str,
+    body: &str,
+    count: u64,
+) -> anyhow::Result<()> {
+    let request = send_batch_body(queue_url, 10, body);
+    let bar = progress(false, "fill", Some(count));
+    let mut sent = 0;
+    while sent < count {
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..16 {
+            let (client, request) = (client.clone(), request.clone());
+            calls.spawn(async move { client.call_raw("SendMessageBatch", request).await });
+        }
+        while let Some(result) = calls.join_next().await {
+            let (status, _) = result??;
+            if !status.is_success() {
+                bail!("prefill SendMessageBatch answered {status}");
+            }
+            sent += 10;
+        }
+        bar.set_position(sent);
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+async fn produce(
+    client: &ApiClient,
+    args: &Args,
+    queue_url: &str,
+    body: &str,
+) -> anyhow::Result<Report> {
+    let request = send_batch_body(queue_url, args.batch, body);
+    let deadline = Instant::now() + Duration::from_secs(args.duration);
+    let bar = progress(args.endpoint.json, "W1", None);
+    let sent = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let cpu = CpuMeter::start(args.server_pid)?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.producers {
+        let (client, request, sent, errors, bar) = (
+            client.clone(),
+            request.clone(),
+            Arc::clone(&sent),
+            Arc::clone(&errors),
+            bar.clone(),
+        );
+        let batch = args.batch as u64;
+        tasks.push(tokio::spawn(async move {
+            let mut histogram = new_histogram();
+            while Instant::now() < deadline {
+                let began = Instant::now();
+                match client.call_raw("SendMessageBatch", request.clone()).await {
+                    Ok((status, reply)) if status.is_success() => {
+                        let failed = failed_entries(&reply);
+                        errors.fetch_add(failed, Ordering::Relaxed);
+                        sent.fetch_add(batch - failed, Ordering::Relaxed);
+                        bar.inc(batch - failed);
+                        histogram.record(micros(began.elapsed())).ok();
+                    }
+                    _ => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            histogram
+        }));
+    }
+    let mut histogram = new_histogram();
+    for task in tasks {
+        histogram.add(task.await?)?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let messages = sent.load(Ordering::Relaxed);
+    Ok(Report {
+        workload: "W1",
+        messages,
+        seconds,
+        messages_per_second: messages as f64 / seconds,
+        request_latency: Latency::of(&histogram),
+        delivery_latency: None,
+        server_cpu_us_per_message: cpu.per_message(messages)?,
+        errors: errors.load(Ordering::Relaxed),
+    })
+}
+
+/// Receives up to 10 and deletes them; returns how many were deleted.
+async fn receive_and_delete(
+    client: &ApiClient,
+    queue_url: &str,
+    wait_seconds: u32,
+) -> anyhow::Result<(u64, Vec<String>)> {
+    let request = json!({ "QueueUrl": queue_url, "MaxNumberOfMessages": 10, "WaitTimeSeconds": wait_seconds });
+    let (status, reply) = client
+        .call_raw("ReceiveMessage", Bytes::from(request.to_string()))
+        .await?;
+    if !status.is_success() {
+        bail!("ReceiveMessage answered {status}");
+    }
+    let reply: Value = serde_json::from_slice(&reply)?;
+    let messages = reply["Messages"].as_array().cloned().unwrap_or_default();
+    if messages.is_empty() {
+        return Ok((0, Vec::new()));
+    }
+    let entries: Vec<Value> = messages
+        .iter()
+        .enumerate()
+        .map(|(index, message)| json!({ "Id": index.to_string(), "ReceiptHandle": message["ReceiptHandle"] }))
+        .collect();
+    let bodies = messages
+        .iter()
+        .filter_map(|message| message["Body"].as_str().map(str::to_owned))
+        .collect();
+    let request = json!({ "QueueUrl": queue_url, "Entries": entries });
+    let (status, reply) = client
+        .call_raw("DeleteMessageBatch", Bytes::from(request.to_string()))
+        .await?;
+    if !status.is_success() {
+        bail!("DeleteMessageBatch answered {status}");
+    }
+    Ok((entries.len() as u64 - failed_entries(&reply), bodies))
+}
+
+async fn consume(
+    client: &ApiClient,
+    args: &Args,
+    queue_url: &str,
+    backlog: u64,
+) -> anyhow::Result<Report> {
+    let bar = progress(args.endpoint.json, "W2", Some(backlog));
+    let consumed = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let cpu = CpuMeter::start(args.server_pid)?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..args.consumers {
+        let (client, queue_url, consumed, errors, bar) = (
+            client.clone(),
+            queue_url.to_owned(),
+            Arc::clone(&consumed),
+            Arc::clone(&errors),
+            bar.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut histogram = new_histogram();
+            while consumed.load(Ordering::Relaxed) < backlog {
+                let began = Instant::now();
+                match receive_and_delete(&client, &queue_url, 1).await {
+                    Ok((0, _)) => break,
+                    Ok((deleted, _)) => {
+                        consumed.fetch_add(deleted, Ordering::Relaxed);
+                        bar.inc(deleted);
+                        histogram.record(micros(began.elapsed())).ok();
+                    }
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            histogram
+        }));
+    }
+    let mut histogram = new_histogram();
+    for task in tasks {
+        histogram.add(task.await?)?;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let messages = consumed.load(Ordering::Relaxed);
+    Ok(Report {
+        workload: "W2",
+        messages,
+        seconds,
+        messages_per_second: messages as f64 / seconds,
+        request_latency: Latency::of(&histogram),
+        delivery_latency: None,
+        server_cpu_us_per_message: cpu.per_message(messages)?,
+        errors: errors.load(Ordering::Relaxed),
+    })
+}
+
+async fn latency(client: &ApiClient, args: &Args, queue_url: &str) -> anyhow::Result<Report> {
+    let total = args.rate * args.duration;
+    let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
+    let bar = progress(args.endpoint.json, "W3", Some(total));
+    let errors = Arc::new(AtomicU64::new(0));
+    let acknowledged = Arc::new(Mutex::new(new_histogram()));
+    let delivered = Arc::new(Mutex::new(new_histogram()));
+    let received = Arc::new(AtomicU64::new(0));
+    let sending_done = Arc::new(AtomicBool::new(false));
+    let cpu = CpuMeter::start(args.server_pid)?;
+    let origin = Instant::now();
+
+    let mut consumers = Vec::new();
+    for _ in 0..args.consumers {
+        let (client, queue_url, delivered, received, sending_done, errors) = (
+            client.clone(),
+            queue_url.to_owned(),
+            Arc::clone(&delivered),
+            Arc::clone(&received),
+            Arc::clone(&sending_done),
+            Arc::clone(&errors),
+        );
+        consumers.push(tokio::spawn(async move {
+            while received.load(Ordering::Relaxed) < total {
+                match receive_and_delete(&client, &queue_url, 1).await {
+                    Ok((0, _)) if sending_done.load(Ordering::Relaxed) => break,
+                    Ok((_, bodies)) => {
+                        let now = origin.elapsed();
+                        let mut histogram = delivered.lock().await;
+                        for body in bodies {
+                            if let Some(scheduled_us) = body
+                                .split(':')
+                                .next()
+                                .and_then(|text| text.parse::<u64>().ok())
+                            {
+                                histogram
+                                    .record(micros(now).saturating_sub(scheduled_us).max(1))
+                                    .ok();
+                                received.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                    }
+                    Err(_) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }));
+    }
+
+    let padding = "x".repeat(args.body_size.saturating_sub(21));
+    let mut senders = tokio::task::JoinSet::new();
+    for index in 0..total {
+        let scheduled = origin + interval * u32::try_from(index).unwrap_or(u32::MAX);
+        tokio::time::sleep_until(scheduled.into()).await;
+        let (client, errors, acknowledged, bar) = (
+            client.clone(),
+            Arc::clone(&errors),
+            Arc::clone(&acknowledged),
+            bar.clone(),
+        );
+        let body = format!("{}:{padding}", micros(scheduled - origin));
+        let request =
+            Bytes::from(json!({ "QueueUrl": queue_url, "MessageBody": body }).to_string());
+        senders.spawn(async move {
+            match client.call_raw("SendMessage", request).await {
+                Ok((status, _)) if status.is_success() => {
+                    acknowledged
+                        .lock()
+                        .await
+                        .record(micros(scheduled.elapsed()))
+                        .ok();
+                    bar.inc(1);
+                }
+                _ => {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while senders.join_next().await.is_some() {}
+    sending_done.store(true, Ordering::Relaxed);
+    for consumer in consumers {
+        consumer.await?;
+    }
+    let seconds = origin.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let acknowledged = acknowledged.lock().await;
+    let delivered = delivered.lock().await;
+    let messages = acknowledged.len();
+    Ok(Report {
+        workload: "W3",
+        messages,
+        seconds,
+        messages_per_second: messages as f64 / seconds,
+        request_latency: Latency::of(&acknowledged),
+        delivery_latency: Some(Latency::of(&delivered)),
+        server_cpu_us_per_message: cpu.per_message(messages)?,
+        errors: errors.load(Ordering::Relaxed),
+    })
+}

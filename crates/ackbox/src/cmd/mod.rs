@@ -1,0 +1,7 @@
+//! One module per subcommand.
+
+pub(crate) mod bench;
+pub(crate) mod queue;
+pub(crate) mod receive;
+pub(crate) mod send;
+pub(crate) mod serve;

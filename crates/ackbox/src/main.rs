@@ -1,0 +1,78 @@
+//! `ackbox`: serve the broker, manage queues, send and receive, benchmark.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tracing_subscriber::EnvFilter;
+
+mod api_client;
+mod cmd;
+
+/// A durable, self-hostable message queue that speaks the Amazon SQS API.
+#[derive(Debug, Parser)]
+#[command(name = "ackbox", version, about)]
+struct Cli {
+    /// Log output format.
+    #[arg(long, env = "ACKBOX_LOG_FORMAT", value_enum, default_value_t = LogFormat::Human, global = true)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    /// Readable lines.
+    Human,
+    /// One JSON object per line, stable field names.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the broker.
+    Serve(cmd::serve::Args),
+    /// Create, list, inspect, purge and delete queues.
+    Queue(cmd::queue::Args),
+    /// Send a message.
+    Send(cmd::send::Args),
+    /// Receive (and by default delete) messages.
+    Receive(cmd::receive::Args),
+    /// Load-test a broker over the SQS HTTP API.
+    Bench(cmd::bench::Args),
+}
+
+fn init_tracing(format: LogFormat) {
+    let filter = EnvFilter::try_from_env("ACKBOX_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Human => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    match run(cli.command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match command {
+            Command::Serve(args) => cmd::serve::run(args).await,
+            Command::Queue(args) => cmd::queue::run(args).await,
+            Command::Send(args) => cmd::send::run(args).await,
+            Command::Receive(args) => cmd::receive::run(args).await,
+            Command::Bench(args) => cmd::bench::run(args).await,
+        }
+    })
+}
