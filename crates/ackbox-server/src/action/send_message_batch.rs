@@ -74,10 +74,12 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
         request.entries.iter().map(|entry| entry.id.as_str()),
     )?;
     let name = context.queue_name(&request.queue_url)?;
-    let mut ids = Vec::with_capacity(request.entries.len());
+    // Failures are reported in request order, whether the wire decoding or
+    // the engine refused the entry.
+    let mut positions = Vec::with_capacity(request.entries.len());
     let mut entries = Vec::with_capacity(request.entries.len());
     let mut failed = Vec::new();
-    for wire in request.entries {
+    for (position, wire) in request.entries.into_iter().enumerate() {
         match entry(
             wire.message_body,
             wire.delay_seconds,
@@ -87,10 +89,10 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
             wire.message_deduplication_id,
         ) {
             Ok(entry) => {
-                ids.push(wire.id);
+                positions.push((position, wire.id));
                 entries.push(entry);
             }
-            Err(error) => failed.push(ErrorEntry::new(wire.id, &error)),
+            Err(error) => failed.push((position, ErrorEntry::new(wire.id, &error))),
         }
     }
     let results = context
@@ -98,14 +100,16 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
         .send_message_batch(&name, entries, &context.sender_id)
         .await?;
     let mut successful = Vec::with_capacity(results.len());
-    for (id, result) in ids.into_iter().zip(results) {
+    for ((position, id), result) in positions.into_iter().zip(results) {
         match result {
             Ok(sent) => successful.push(ResultEntry {
                 id,
                 sent: sent.into(),
             }),
-            Err(error) => failed.push(ErrorEntry::new(id, &error)),
+            Err(error) => failed.push((position, ErrorEntry::new(id, &error))),
         }
     }
+    failed.sort_by_key(|(position, _)| *position);
+    let failed = failed.into_iter().map(|(_, entry)| entry).collect();
     Ok(Response { successful, failed })
 }

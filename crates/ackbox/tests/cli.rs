@@ -1,0 +1,172 @@
+//! The CLI against the real binary: queue administration, send and receive,
+//! `--json` output, predefined queues from `--config`, and commands that must fail.
+
+use std::process::{Command, Output};
+
+use ackbox_testkit::process::{ServerProcess, free_port};
+use serde_json::Value;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_ackbox");
+
+fn ackbox(endpoint: &str, args: &[&str]) -> Output {
+    Command::new(BINARY)
+        .args(args)
+        .arg("--endpoint")
+        .arg(endpoint)
+        .env("ACKBOX_LOG", "warn")
+        .output()
+        .expect("the ackbox binary runs")
+}
+
+fn ok_stdout(output: Output) -> String {
+    assert!(
+        output.status.success(),
+        "command failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn queue_send_receive_and_stats_round_trip() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), free_port(), &[]);
+    let endpoint = server.url();
+
+    let url = ok_stdout(ackbox(
+        &endpoint,
+        &[
+            "queue",
+            "create",
+            "cli-q",
+            "--attribute",
+            "VisibilityTimeout=7",
+            "--tag",
+            "team=ops",
+        ],
+    ));
+    assert_eq!(url.trim(), format!("{endpoint}/000000000000/cli-q"));
+    let message_id = ok_stdout(ackbox(
+        &endpoint,
+        &[
+            "send",
+            "cli-q",
+            "hello from the cli",
+            "--attribute",
+            "kind=greeting",
+        ],
+    ));
+    assert_eq!(
+        message_id.trim().len(),
+        36,
+        "a UUID message id: {message_id}"
+    );
+
+    let stats: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["queue", "stats", "cli-q", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(stats["ApproximateNumberOfMessages"], "1");
+    assert_eq!(stats["VisibilityTimeout"], "7");
+
+    let received: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["receive", "cli-q", "--max", "10", "--json"],
+    )))
+    .unwrap();
+    let messages = received["Messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["Body"], "hello from the cli");
+    assert_eq!(
+        messages[0]["MessageAttributes"]["kind"]["StringValue"],
+        "greeting"
+    );
+
+    let stats: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["queue", "stats", "cli-q", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(
+        stats["ApproximateNumberOfMessages"], "0",
+        "receive deletes by default"
+    );
+    assert_eq!(stats["ApproximateNumberOfMessagesNotVisible"], "0");
+
+    let listed: Value =
+        serde_json::from_str(&ok_stdout(ackbox(&endpoint, &["queue", "list", "--json"]))).unwrap();
+    assert_eq!(listed["QueueUrls"].as_array().unwrap().len(), 1);
+    ok_stdout(ackbox(&endpoint, &["queue", "purge", "cli-q"]));
+    ok_stdout(ackbox(&endpoint, &["queue", "delete", "cli-q"]));
+
+    let missing = ackbox(&endpoint, &["send", "cli-q", "x"]);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("QueueDoesNotExist"));
+    let bad_name = ackbox(&endpoint, &["queue", "create", "bad name"]);
+    assert!(!bad_name.status.success());
+    assert!(String::from_utf8_lossy(&bad_name.stderr).contains("QueueName"));
+    let bad_flag = ackbox(&endpoint, &["receive", "x", "--max", "many"]);
+    assert!(!bad_flag.status.success());
+}
+
+#[test]
+fn serve_refuses_bad_flags() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let output = Command::new(BINARY)
+        .args(["serve", "--account-id", "12", "--port", "0", "--data-dir"])
+        .arg(data_dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("12 digits"));
+}
+
+#[test]
+fn config_file_predefines_queues_idempotently() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let config = data_dir.path().join("ackbox.toml");
+    std::fs::write(
+        &config,
+        "[[queue]]\nname = \"orders\"\nattributes = { VisibilityTimeout = 60, DelaySeconds = \"2\" }\ntags = { team = \"payments\" }\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let config_arg = config.to_str().unwrap();
+    for _ in 0..2 {
+        let server = ServerProcess::start(
+            BINARY.as_ref(),
+            data_dir.path(),
+            port,
+            &["--config", config_arg],
+        );
+        let stats: Value = serde_json::from_str(&ok_stdout(ackbox(
+            &server.url(),
+            &["queue", "stats", "orders", "--json"],
+        )))
+        .unwrap();
+        assert_eq!(stats["VisibilityTimeout"], "60");
+        assert_eq!(stats["DelaySeconds"], "2");
+        assert!(server.terminate());
+    }
+    std::fs::write(
+        &config,
+        "[[queue]]\nname = \"orders\"\nattributes = { VisibilityTimeout = 90 }\n",
+    )
+    .unwrap();
+    let server = ServerProcess::start(
+        BINARY.as_ref(),
+        data_dir.path(),
+        port,
+        &["--config", config_arg],
+    );
+    let stats: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &server.url(),
+        &["queue", "stats", "orders", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(
+        stats["VisibilityTimeout"], "90",
+        "a changed configuration updates the queue"
+    );
+}
