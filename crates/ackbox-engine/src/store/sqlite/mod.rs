@@ -1,6 +1,6 @@
 //! The embedded store: one SQLite database file in WAL mode.
 //!
-//! Mutations go through the single [`writer`] thread (group commit); reads use
+//! Mutations go through the single writer thread (group commit); reads use
 //! a separate read-only connection so statistics and listings never wait for
 //! a commit. See `docs/storage.md` for the schema and the crash argument.
 

@@ -1,0 +1,513 @@
+//! The store conformance suite (STYLE T2): every behaviour the engine relies
+//! on, written once against `dyn Store` and instantiated per backend by
+//! [`store_conformance!`]. A behaviour that differs between stores is a bug.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ackbox_engine::store::{
+    ChangeVisibilityOutcome, DeleteOutcome, LeaseRef, MessageChangeVisibilityParams,
+    MessageDeleteParams, MessageExpireParams, MessageInsertParams, MessageReceiveParams,
+    NewMessage, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome,
+    QueuePurgeParams, QueueStats, QueueStatsParams, QueueUpdateParams, Store, VisibilityChange,
+};
+
+/// A store under test and whatever keeps it alive (a temp dir, a schema).
+pub struct Fixture {
+    pub store: Arc<dyn Store>,
+    pub _guard: Box<dyn Any + Send>,
+}
+
+const T0: i64 = 1_700_000_000_000;
+
+fn attributes() -> BTreeMap<String, String> {
+    [("VisibilityTimeout".to_owned(), "30".to_owned())]
+        .into_iter()
+        .collect()
+}
+
+async fn create(store: &dyn Store, name: &str, now: i64) -> i64 {
+    let outcome = store
+        .queue_create(QueueCreateParams {
+            name: name.to_owned(),
+            attributes: attributes(),
+            tags: BTreeMap::new(),
+            now,
+            deleted_after: now - 60_000,
+        })
+        .await
+        .unwrap();
+    match outcome {
+        QueueCreateOutcome::Created(record) => record.id,
+        other => panic!("expected Created, got {other:?}"),
+    }
+}
+
+fn message(body: &str, sent_at: i64, visible_at: i64) -> NewMessage {
+    NewMessage {
+        message_id: format!("id-{body}"),
+        body: body.to_owned(),
+        attributes: Default::default(),
+        md5_of_body: "md5".to_owned(),
+        md5_of_attributes: None,
+        trace_header: None,
+        group_id: None,
+        sender_id: "sender".to_owned(),
+        sent_at,
+        visible_at,
+    }
+}
+
+async fn insert(store: &dyn Store, queue_id: i64, messages: Vec<NewMessage>) -> Vec<i64> {
+    store
+        .message_insert_batch(MessageInsertParams { queue_id, messages })
+        .await
+        .unwrap()
+}
+
+fn receive_params(queue_id: i64, now: i64, max: u32, lease_ms: i64) -> MessageReceiveParams {
+    MessageReceiveParams {
+        queue_id,
+        now,
+        max_messages: max,
+        visible_at: now + lease_ms,
+        expired_at_or_before: now - 3_600_000,
+    }
+}
+
+async fn stats(store: &dyn Store, queue_id: i64, now: i64) -> QueueStats {
+    store
+        .queue_stats(QueueStatsParams { queue_id, now })
+        .await
+        .unwrap()
+}
+
+pub async fn queue_create_is_visible_to_get_and_list(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "b-queue", T0).await;
+    create(store, "a-queue", T0).await;
+    let record = store
+        .queue_get("b-queue")
+        .await
+        .unwrap()
+        .expect("created queue is found");
+    assert_eq!(record.id, id);
+    assert_eq!(record.attributes, attributes());
+    assert_eq!(record.created_at, T0);
+    let names: Vec<String> = store
+        .queue_list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|queue| queue.name)
+        .collect();
+    assert_eq!(names, ["a-queue", "b-queue"]);
+    assert!(store.queue_get("missing").await.unwrap().is_none());
+    let again = store
+        .queue_create(QueueCreateParams {
+            name: "b-queue".into(),
+            attributes: BTreeMap::new(),
+            tags: BTreeMap::new(),
+            now: T0,
+            deleted_after: T0 - 60_000,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(again, QueueCreateOutcome::Exists(record) if record.id == id));
+}
+
+pub async fn deleted_queue_names_are_held_for_the_cooldown(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    insert(store, id, vec![message("m", T0, T0)]).await;
+    assert!(
+        store
+            .queue_delete(QueueDeleteParams {
+                queue_id: id,
+                now: T0
+            })
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .queue_delete(QueueDeleteParams {
+                queue_id: id,
+                now: T0
+            })
+            .await
+            .unwrap()
+    );
+    let params = |now: i64| QueueCreateParams {
+        name: "q".into(),
+        attributes: attributes(),
+        tags: BTreeMap::new(),
+        now,
+        deleted_after: now - 60_000,
+    };
+    assert_eq!(
+        store.queue_create(params(T0 + 59_000)).await.unwrap(),
+        QueueCreateOutcome::DeletedRecently
+    );
+    let QueueCreateOutcome::Created(record) =
+        store.queue_create(params(T0 + 61_000)).await.unwrap()
+    else {
+        panic!("the name is free after the cooldown");
+    };
+    assert_ne!(record.id, id, "queue ids are never reused");
+    assert_eq!(
+        stats(store, record.id, T0 + 61_000).await.visible,
+        0,
+        "old messages died with the old queue"
+    );
+}
+
+pub async fn queue_updates_persist(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    let mut changed = attributes();
+    changed.insert("DelaySeconds".into(), "5".into());
+    let tags: BTreeMap<String, String> = [("team".to_owned(), "ops".to_owned())]
+        .into_iter()
+        .collect();
+    store
+        .queue_update(QueueUpdateParams {
+            queue_id: id,
+            attributes: Some(changed.clone()),
+            tags: None,
+            now: T0 + 1,
+        })
+        .await
+        .unwrap();
+    store
+        .queue_update(QueueUpdateParams {
+            queue_id: id,
+            attributes: None,
+            tags: Some(tags.clone()),
+            now: T0 + 2,
+        })
+        .await
+        .unwrap();
+    let record = store.queue_get("q").await.unwrap().unwrap();
+    assert_eq!(record.attributes, changed);
+    assert_eq!(record.tags, tags);
+    assert_eq!(
+        record.last_modified_at,
+        T0 + 1,
+        "only attribute changes move last-modified"
+    );
+}
+
+pub async fn receive_leases_oldest_first_and_counts_receives(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    let seqs = insert(
+        store,
+        id,
+        vec![
+            message("a", T0, T0),
+            message("b", T0, T0),
+            message("c", T0, T0 + 5_000),
+        ],
+    )
+    .await;
+    assert!(
+        seqs.windows(2).all(|pair| pair[0] < pair[1]),
+        "sequence numbers increase"
+    );
+
+    let first = store
+        .message_receive(receive_params(id, T0, 10, 1_000))
+        .await
+        .unwrap();
+    let bodies: Vec<&str> = first
+        .messages
+        .iter()
+        .map(|message| message.body.as_str())
+        .collect();
+    assert_eq!(bodies, ["a", "b"], "the delayed message is held back");
+    assert!(
+        first
+            .messages
+            .iter()
+            .all(|message| message.receive_count == 1 && message.first_received_at == Some(T0))
+    );
+
+    let empty = store
+        .message_receive(receive_params(id, T0 + 500, 10, 1_000))
+        .await
+        .unwrap();
+    assert!(empty.messages.is_empty());
+    assert_eq!(
+        empty.next_visible_at,
+        Some(T0 + 1_000),
+        "the earliest lease end"
+    );
+
+    let again = store
+        .message_receive(receive_params(id, T0 + 1_000, 1, 1_000))
+        .await
+        .unwrap();
+    assert_eq!(again.messages.len(), 1);
+    assert_eq!(again.messages[0].body, "a");
+    assert_eq!(again.messages[0].receive_count, 2);
+    assert_eq!(
+        again.messages[0].first_received_at,
+        Some(T0),
+        "first receive time is kept"
+    );
+}
+
+pub async fn a_zero_lease_never_returns_a_message_twice_in_one_receive(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    insert(store, id, vec![message("only", T0, T0)]).await;
+    let outcome = store
+        .message_receive(receive_params(id, T0, 10, 0))
+        .await
+        .unwrap();
+    assert_eq!(outcome.messages.len(), 1);
+}
+
+pub async fn expired_messages_are_dropped_not_delivered(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    insert(
+        store,
+        id,
+        vec![
+            message("old", T0, T0),
+            message("new", T0 + 10_000, T0 + 10_000),
+        ],
+    )
+    .await;
+    let now = T0 + 20_000;
+    let outcome = store
+        .message_receive(MessageReceiveParams {
+            expired_at_or_before: T0,
+            ..receive_params(id, now, 10, 1_000)
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome.expired, 1);
+    assert_eq!(outcome.messages.len(), 1);
+    assert_eq!(outcome.messages[0].body, "new");
+
+    insert(
+        store,
+        id,
+        vec![
+            message("x", T0 + 11_000, T0 + 11_000),
+            message("y", T0 + 12_000, T0 + 12_000),
+        ],
+    )
+    .await;
+    let expired = store
+        .message_expire(MessageExpireParams {
+            queue_id: id,
+            expired_at_or_before: T0 + 11_500,
+            limit: 100,
+        })
+        .await
+        .unwrap();
+    assert_eq!(expired, 2, "'new' and 'x' were sent before the cutoff");
+    assert_eq!(stats(store, id, now).await.visible, 1);
+}
+
+pub async fn delete_is_idempotent(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    let other = create(store, "other", T0).await;
+    let seqs = insert(store, id, vec![message("a", T0, T0)]).await;
+    let lease = LeaseRef {
+        seq: seqs[0],
+        lease: 0,
+    };
+    let wrong_queue = store
+        .message_delete_batch(MessageDeleteParams {
+            queue_id: other,
+            leases: vec![lease],
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        wrong_queue,
+        [DeleteOutcome::AlreadyGone],
+        "a message is deleted only through its own queue"
+    );
+    let deleted = store
+        .message_delete_batch(MessageDeleteParams {
+            queue_id: id,
+            leases: vec![lease, lease],
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        deleted,
+        [DeleteOutcome::Deleted, DeleteOutcome::AlreadyGone]
+    );
+    assert_eq!(stats(store, id, T0).await, QueueStats::default());
+}
+
+pub async fn visibility_changes_need_the_current_running_lease(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    let seqs = insert(store, id, vec![message("a", T0, T0)]).await;
+    store
+        .message_receive(receive_params(id, T0, 1, 1_000))
+        .await
+        .unwrap();
+    let change = |lease: i64, visible_at: i64| VisibilityChange {
+        lease: LeaseRef {
+            seq: seqs[0],
+            lease,
+        },
+        visible_at,
+    };
+    let outcomes = store
+        .message_change_visibility_batch(MessageChangeVisibilityParams {
+            queue_id: id,
+            now: T0 + 500,
+            changes: vec![change(1, T0 + 9_000), change(0, T0 + 9_000)],
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        outcomes,
+        [
+            ChangeVisibilityOutcome::Changed,
+            ChangeVisibilityOutcome::NotAvailable
+        ]
+    );
+    assert_eq!(
+        stats(store, id, T0 + 8_999).await.in_flight,
+        1,
+        "the lease was extended"
+    );
+    let ended = store
+        .message_change_visibility_batch(MessageChangeVisibilityParams {
+            queue_id: id,
+            now: T0 + 9_000,
+            changes: vec![change(1, T0 + 20_000)],
+        })
+        .await
+        .unwrap();
+    assert_eq!(ended, [ChangeVisibilityOutcome::NotInFlight]);
+    store
+        .message_delete_batch(MessageDeleteParams {
+            queue_id: id,
+            leases: vec![LeaseRef {
+                seq: seqs[0],
+                lease: 1,
+            }],
+        })
+        .await
+        .unwrap();
+    let gone = store
+        .message_change_visibility_batch(MessageChangeVisibilityParams {
+            queue_id: id,
+            now: T0,
+            changes: vec![change(1, T0 + 1)],
+        })
+        .await
+        .unwrap();
+    assert_eq!(gone, [ChangeVisibilityOutcome::NotAvailable]);
+}
+
+pub async fn purge_empties_once_per_cooldown(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    insert(
+        store,
+        id,
+        vec![message("a", T0, T0), message("b", T0, T0 + 60_000)],
+    )
+    .await;
+    store
+        .message_receive(receive_params(id, T0, 1, 1_000))
+        .await
+        .unwrap();
+    let purge = |now: i64| QueuePurgeParams {
+        queue_id: id,
+        now,
+        purged_after: now - 60_000,
+    };
+    assert_eq!(
+        store.queue_purge(purge(T0)).await.unwrap(),
+        QueuePurgeOutcome::Purged(2)
+    );
+    assert_eq!(
+        store.queue_purge(purge(T0 + 30_000)).await.unwrap(),
+        QueuePurgeOutcome::InProgress
+    );
+    assert_eq!(
+        store.queue_purge(purge(T0 + 61_000)).await.unwrap(),
+        QueuePurgeOutcome::Purged(0)
+    );
+}
+
+pub async fn stats_split_visible_in_flight_and_delayed(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    insert(
+        store,
+        id,
+        vec![
+            message("v1", T0, T0),
+            message("v2", T0 + 1, T0),
+            message("d", T0 + 2, T0 + 10_000),
+        ],
+    )
+    .await;
+    store
+        .message_receive(receive_params(id, T0, 1, 5_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        stats(store, id, T0).await,
+        QueueStats {
+            visible: 1,
+            in_flight: 1,
+            delayed: 1,
+            oldest_sent_at: Some(T0)
+        }
+    );
+    assert_eq!(
+        stats(store, id, T0 + 10_000).await.visible,
+        3,
+        "leases and delays end"
+    );
+}
+
+/// Instantiates every conformance case for a store built by `$factory`
+/// (an async fn returning a [`Fixture`]).
+#[macro_export]
+macro_rules! store_conformance {
+    ($factory:path) => {
+        $crate::store_conformance!(@cases $factory;
+            queue_create_is_visible_to_get_and_list,
+            deleted_queue_names_are_held_for_the_cooldown,
+            queue_updates_persist,
+            receive_leases_oldest_first_and_counts_receives,
+            a_zero_lease_never_returns_a_message_twice_in_one_receive,
+            expired_messages_are_dropped_not_delivered,
+            delete_is_idempotent,
+            visibility_changes_need_the_current_running_lease,
+            purge_empties_once_per_cooldown,
+            stats_split_visible_in_flight_and_delayed,
+        );
+    };
+    (@cases $factory:path; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                if let Some(fixture) = $factory().await {
+                    conformance::$case(fixture).await;
+                }
+            }
+        )*
+    };
+}
