@@ -1254,3 +1254,59 @@ async fn inv2_restart_recovers_queues_attributes_tags_and_messages() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn queue_wait_time_attribute_makes_every_receive_a_long_poll() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let url = client
+        .create_queue()
+        .queue_name("patient")
+        .attributes(QueueAttributeName::ReceiveMessageWaitTimeSeconds, "20")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let poller = {
+        let (client, url) = (client.clone(), url.clone());
+        tokio::spawn(async move {
+            client
+                .receive_message()
+                .queue_url(url)
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !poller.is_finished(),
+        "a receive without WaitTimeSeconds waits the queue's 20 s"
+    );
+    client
+        .send_message()
+        .queue_url(&url)
+        .message_body("arrived")
+        .send()
+        .await
+        .unwrap();
+    let output = tokio::time::timeout(Duration::from_secs(10), poller)
+        .await
+        .expect("woken by the send")
+        .unwrap();
+    assert_eq!(output.messages()[0].body(), Some("arrived"));
+    let started = Instant::now();
+    let immediate = client
+        .receive_message()
+        .queue_url(&url)
+        .wait_time_seconds(0)
+        .send()
+        .await
+        .unwrap();
+    assert!(immediate.messages().is_empty());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "WaitTimeSeconds=0 overrides the queue default"
+    );
+}
