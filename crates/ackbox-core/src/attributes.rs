@@ -28,12 +28,12 @@ const PASSTHROUGH: [&str; 4] = [
     "SqsManagedSseEnabled",
 ];
 
-/// Attributes of features that are not available yet; setting one is refused
-/// rather than silently ignored, so nobody believes a DLQ or FIFO is in force.
-const NOT_YET_SUPPORTED: [&str; 6] = [
-    "RedrivePolicy",
-    "RedriveAllowPolicy",
-    "FifoQueue",
+/// Attributes of dead-letter queues, not available yet; setting one is refused
+/// rather than silently ignored, so nobody believes a DLQ is in force.
+const NOT_YET_SUPPORTED: [&str; 2] = ["RedrivePolicy", "RedriveAllowPolicy"];
+
+/// Attributes only FIFO queues have; on a standard queue SQS calls them unknown.
+const FIFO_ONLY: [&str; 3] = [
     "ContentBasedDeduplication",
     "DeduplicationScope",
     "FifoThroughputLimit",
@@ -131,6 +131,27 @@ impl QueueAttributes {
                     self.passthrough.insert(name.clone(), value.clone());
                 }
                 "FifoQueue" if value.eq_ignore_ascii_case("false") => {}
+                "FifoQueue" if value.eq_ignore_ascii_case("true") => {
+                    return Err(SqsError::new(
+                        ErrorCode::InvalidAttributeValue,
+                        "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not supported.",
+                    ));
+                }
+                "FifoQueue" => {
+                    return Err(SqsError::invalid_attribute_value(
+                        name,
+                        value,
+                        "FifoQueue must be true or false.",
+                    ));
+                }
+                fifo_only if FIFO_ONLY.contains(&fifo_only) => {
+                    return Err(SqsError::new(
+                        ErrorCode::InvalidAttributeName,
+                        format!(
+                            "You can specify the {fifo_only} only when FifoQueue is set to true."
+                        ),
+                    ));
+                }
                 unsupported if NOT_YET_SUPPORTED.contains(&unsupported) => {
                     return Err(SqsError::new(
                         ErrorCode::UnsupportedOperation,
@@ -257,6 +278,28 @@ mod tests {
                 "{name}={value}"
             );
         }
+    }
+
+    #[test]
+    fn fifo_attributes_on_a_standard_queue_follow_sqs() {
+        let mut attributes = QueueAttributes::default();
+        let error = attributes
+            .apply(&map(&[("DeduplicationScope", "queue")]))
+            .unwrap_err();
+        assert_eq!(error.code, ErrorCode::InvalidAttributeName);
+        assert_eq!(
+            error.message,
+            "You can specify the DeduplicationScope only when FifoQueue is set to true."
+        );
+        let error = attributes
+            .apply(&map(&[("FifoQueue", "true")]))
+            .unwrap_err();
+        assert_eq!(error.code, ErrorCode::InvalidAttributeValue);
+        let error = attributes
+            .apply(&map(&[("FifoQueue", "maybe")]))
+            .unwrap_err();
+        assert_eq!(error.code, ErrorCode::InvalidAttributeValue);
+        assert!(attributes.apply(&map(&[("FifoQueue", "false")])).is_ok());
     }
 
     #[test]

@@ -136,8 +136,7 @@ impl Engine {
         match self.inner.store.queue_get(name.as_str()).await? {
             Some(record) => {
                 let queue = Arc::new(Queue::from_record(record)?);
-                self.inner.registry.insert(Arc::clone(&queue));
-                Ok(queue)
+                Ok(self.inner.registry.insert_if_absent(queue))
             }
             None => Err(SqsError::queue_does_not_exist().into()),
         }
@@ -271,7 +270,7 @@ impl Engine {
             })
             .await?;
         self.inner.registry.remove(name.as_str());
-        queue.arrivals.notify_waiters();
+        queue.mark_deleted();
         Ok(())
     }
 

@@ -13,5 +13,16 @@ pub enum EngineError {
     Sqs(#[from] SqsError),
     /// The store failed; the request was not applied.
     #[error("store failure")]
-    Store(#[from] StoreError),
+    Store(#[source] StoreError),
+}
+
+impl From<StoreError> for EngineError {
+    fn from(error: StoreError) -> Self {
+        match error {
+            // The queue vanished between lookup and write: to the client that
+            // is the same as having named a queue that does not exist.
+            StoreError::QueueNotFound { .. } => Self::Sqs(SqsError::queue_does_not_exist()),
+            other => Self::Store(other),
+        }
+    }
 }

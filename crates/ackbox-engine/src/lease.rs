@@ -3,7 +3,9 @@
 //! A handle is opened (HMAC-checked) before anything reaches the store; a
 //! handle sealed for another queue is as invalid as a garbled one. Delete
 //! succeeds for a message that is already gone, as SQS does, so a retried
-//! delete is harmless.
+//! delete is harmless. A stale handle (the message was received again since)
+//! also answers success, as on SQS, but leaves the message to the consumer
+//! that holds the newer lease.
 
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_core::limits::MAX_VISIBILITY_TIMEOUT_SECONDS;
@@ -49,6 +51,7 @@ impl Engine {
         handles: &[&str],
     ) -> Result<Vec<Result<(), SqsError>>, EngineError> {
         let queue = self.queue(queue_name).await?;
+        let now = self.now();
         let opened: Vec<Result<LeaseRef, SqsError>> = handles
             .iter()
             .map(|handle| self.open_handle(&queue, handle))
@@ -62,6 +65,7 @@ impl Engine {
                 .store
                 .message_delete_batch(MessageDeleteParams {
                     queue_id: queue.id,
+                    now,
                     leases,
                 })
                 .await?;
@@ -127,15 +131,15 @@ impl Engine {
                 .await?
         }
         .into_iter();
-        let mut released = false;
+        let mut changed = false;
         let results = checked
             .into_iter()
             .zip(changes)
-            .map(|(change, (handle, timeout))| {
+            .map(|(change, (handle, _))| {
                 change?;
                 match outcomes.next().expect("one outcome per valid change") {
                     ChangeVisibilityOutcome::Changed => {
-                        released |= *timeout == 0;
+                        changed = true;
                         Ok(())
                     }
                     ChangeVisibilityOutcome::NotAvailable => Err(SqsError::invalid_parameter(
@@ -152,7 +156,9 @@ impl Engine {
                 }
             })
             .collect();
-        if released {
+        // A shortened lease moves the next visibility earlier: pollers wake
+        // to re-plan their wait.
+        if changed {
             queue.arrivals.notify_waiters();
         }
         Ok(results)

@@ -5,6 +5,7 @@
 //! change. Each queue carries the [`Notify`] that wakes its long pollers.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use ackbox_core::attributes::QueueAttributes;
@@ -40,6 +41,8 @@ pub struct Queue {
     snapshot: RwLock<Arc<QueueSnapshot>>,
     /// Signalled when messages may have become receivable; long pollers wait on it.
     pub arrivals: Notify,
+    /// Set once by DeleteQueue; long pollers holding this queue then stop.
+    deleted: AtomicBool,
 }
 
 impl Queue {
@@ -67,12 +70,23 @@ impl Queue {
                 last_modified_at: record.last_modified_at,
             })),
             arrivals: Notify::new(),
+            deleted: AtomicBool::new(false),
         })
     }
 
     /// The current metadata.
     pub fn snapshot(&self) -> Arc<QueueSnapshot> {
         Arc::clone(&self.snapshot.read().expect("queue snapshot lock poisoned"))
+    }
+
+    /// Whether DeleteQueue removed this queue.
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_deleted(&self) {
+        self.deleted.store(true, Ordering::Release);
+        self.arrivals.notify_waiters();
     }
 
     pub(crate) fn replace_snapshot(&self, snapshot: QueueSnapshot) {
@@ -101,6 +115,13 @@ impl Registry {
             .write()
             .expect("registry lock poisoned")
             .insert(queue.name.to_string(), queue);
+    }
+
+    /// Inserts `queue` unless its name is already cached; returns the cached
+    /// one, so every request shares one notifier per queue.
+    pub(crate) fn insert_if_absent(&self, queue: Arc<Queue>) -> Arc<Queue> {
+        let mut queues = self.queues.write().expect("registry lock poisoned");
+        Arc::clone(queues.entry(queue.name.to_string()).or_insert(queue))
     }
 
     pub(crate) fn remove(&self, name: &str) -> Option<Arc<Queue>> {

@@ -193,6 +193,9 @@ impl Engine {
                     .map(|message| self.received(queue.id, &queue.name, message, request))
                     .collect());
             }
+            if queue.is_deleted() {
+                return Err(SqsError::queue_does_not_exist().into());
+            }
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() || self.inner.shutdown.is_cancelled() {
                 return Ok(Vec::new());

@@ -38,14 +38,21 @@ pub fn load_or_create_receipt_key(data_dir: &Path) -> Result<ReceiptKey, StoreEr
             Ok(ReceiptKey::new(secret))
         }
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            // Written aside and renamed into place, so a crash never leaves a
+            // truncated secret that would stop every later start.
             let secret = ReceiptKey::generate_secret();
+            let partial = data_dir.join(format!("{RECEIPT_SECRET_FILE}.partial"));
             let mut options = std::fs::OpenOptions::new();
-            options.write(true).create_new(true);
+            options.write(true).create(true).truncate(true);
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-            let mut file = options.open(&path).map_err(io_error)?;
+            let mut file = options.open(&partial).map_err(io_error)?;
             file.write_all(&secret).map_err(io_error)?;
             file.sync_all().map_err(io_error)?;
+            std::fs::rename(&partial, &path).map_err(io_error)?;
+            std::fs::File::open(data_dir)
+                .and_then(|dir| dir.sync_all())
+                .map_err(io_error)?;
             Ok(ReceiptKey::new(secret))
         }
         Err(error) => Err(io_error(error)),

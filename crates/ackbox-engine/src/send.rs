@@ -206,6 +206,7 @@ impl Engine {
                 )),
             })
             .collect();
+        let count = messages.len();
         self.inner
             .store
             .message_insert_batch(MessageInsertParams {
@@ -213,9 +214,13 @@ impl Engine {
                 messages,
             })
             .await?;
-        // Delayed messages wake pollers too: they learn when the next message
-        // becomes visible and sleep exactly until then.
-        queue.arrivals.notify_waiters();
+        // One poller per message is enough (a poller takes up to ten), and
+        // waking every poller on every send costs a store round trip each.
+        // Delayed messages wake a poller too: it learns when the next message
+        // becomes visible and sleeps exactly until then.
+        for _ in 0..count {
+            queue.arrivals.notify_one();
+        }
         Ok(sent)
     }
 }

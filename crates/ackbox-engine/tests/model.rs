@@ -106,6 +106,15 @@ impl Model {
         }
     }
 
+    /// A handle deletes its own lease's message, or one nobody holds; a newer
+    /// running lease keeps the message for its holder.
+    fn delete(&mut self, now: i64, index: usize, lease: i64) {
+        let message = &mut self.messages[index];
+        if message.receive_count == lease || message.visible_at <= now {
+            message.deleted = true;
+        }
+    }
+
     fn counts(&self, now: i64) -> (u64, u64, u64) {
         let live = self.messages.iter().filter(|message| !message.deleted);
         let (mut visible, mut in_flight, mut delayed) = (0, 0, 0);
@@ -219,7 +228,7 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
                 let record = handles[handle % handles.len()].clone();
                 engine.delete_message(&queue, &record.handle).await.unwrap();
-                model.messages[record.message].deleted = true;
+                model.delete(now, record.message, record.lease);
             }
             Op::ChangeVisibility { handle, seconds } => {
                 if handles.is_empty() {

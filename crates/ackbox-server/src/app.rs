@@ -53,10 +53,9 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
         .to_owned();
     let span = tracing::debug_span!("request", %request_id, action = %action_name);
     let mut response = async {
-        if parts.method != Method::POST {
-            return (StatusCode::NOT_FOUND, "not found").into_response();
-        }
-        if !json::is_json_request(&parts.headers) {
+        // Query-protocol clients also use GET with the action in the query
+        // string; they get the same explanation in the XML shape they parse.
+        if parts.method != Method::POST || !json::is_json_request(&parts.headers) {
             return query_protocol_not_supported();
         }
         let Ok(body) = axum::body::to_bytes(body, MAX_REQUEST_BODY).await else {

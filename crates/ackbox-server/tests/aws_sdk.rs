@@ -823,6 +823,78 @@ async fn inv3_visibility_is_a_lease_that_can_be_extended_shortened_and_ended() {
 }
 
 #[tokio::test]
+async fn inv2_a_stale_handle_cannot_delete_a_message_someone_else_holds() {
+    let (server, clock) = manual_server().await;
+    let client = server.client();
+    let url = create(&client, "contended").await;
+    client
+        .send_message()
+        .queue_url(&url)
+        .message_body("job")
+        .send()
+        .await
+        .unwrap();
+    let first = client
+        .receive_message()
+        .queue_url(&url)
+        .visibility_timeout(5)
+        .send()
+        .await
+        .unwrap();
+    let stale = first.messages()[0].receipt_handle().unwrap().to_owned();
+    clock.advance_secs(6);
+    let second = client
+        .receive_message()
+        .queue_url(&url)
+        .visibility_timeout(30)
+        .send()
+        .await
+        .unwrap();
+    let current = second.messages()[0].receipt_handle().unwrap().to_owned();
+
+    // SQS answers success for a stale handle, but the new holder keeps the message.
+    client
+        .delete_message()
+        .queue_url(&url)
+        .receipt_handle(&stale)
+        .send()
+        .await
+        .unwrap();
+    clock.advance_secs(31);
+    let again = client
+        .receive_message()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        again.messages().len(),
+        1,
+        "the message survived the stale delete"
+    );
+    let latest = again.messages()[0].receipt_handle().unwrap();
+    client
+        .delete_message()
+        .queue_url(&url)
+        .receipt_handle(latest)
+        .send()
+        .await
+        .unwrap();
+    clock.advance_secs(31);
+    assert!(
+        client
+            .receive_message()
+            .queue_url(&url)
+            .send()
+            .await
+            .unwrap()
+            .messages()
+            .is_empty()
+    );
+    let _ = current;
+}
+
+#[tokio::test]
 async fn forged_garbled_and_foreign_receipt_handles_are_invalid() {
     let server = TestServer::builder().start().await;
     let client = server.client();

@@ -221,8 +221,19 @@ async fn missing_target_and_other_methods_are_refused() {
         reply.json()["__type"],
         "com.amazon.coral.service#UnknownOperationException"
     );
-    let get = call_raw(&harness, Request::get("/").body(Body::empty()).unwrap()).await;
-    assert_eq!(get.status, StatusCode::NOT_FOUND);
+    let get = call_raw(
+        &harness,
+        Request::get("/?Action=ListQueues")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(get.status, StatusCode::BAD_REQUEST);
+    assert!(
+        String::from_utf8(get.body)
+            .unwrap()
+            .contains("<Code>InvalidAction</Code>")
+    );
 }
 
 #[tokio::test]

@@ -42,6 +42,12 @@ pub enum StoreError {
         /// What could not be decoded.
         detail: String,
     },
+    /// The queue was deleted while the operation was on its way; nothing changed.
+    #[error("queue {queue_id} does not exist")]
+    QueueNotFound {
+        /// The queue's store id.
+        queue_id: i64,
+    },
     /// The store's files could not be opened or synced.
     #[error("store I/O on {path} failed")]
     Io {
@@ -270,6 +276,8 @@ pub struct LeaseRef {
 pub struct MessageDeleteParams {
     /// The queue.
     pub queue_id: i64,
+    /// The current time: a stale lease may delete only a message no one holds.
+    pub now: Timestamp,
     /// The leases whose messages to delete.
     pub leases: Vec<LeaseRef>,
 }
@@ -281,6 +289,9 @@ pub enum DeleteOutcome {
     Deleted,
     /// The message was already gone.
     AlreadyGone,
+    /// The handle's lease is stale and a newer lease is running: the holder
+    /// of that lease decides, so the message stays.
+    LeasedToAnother,
 }
 
 /// One change of [`Store::message_change_visibility_batch`].

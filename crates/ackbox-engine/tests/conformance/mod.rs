@@ -317,20 +317,34 @@ pub async fn expired_messages_are_dropped_not_delivered(fixture: Fixture) {
     assert_eq!(stats(store, id, now).await.visible, 1);
 }
 
-pub async fn delete_is_idempotent(fixture: Fixture) {
+pub async fn delete_is_idempotent_and_respects_newer_leases(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let id = create(store, "q", T0).await;
     let other = create(store, "other", T0).await;
     let seqs = insert(store, id, vec![message("a", T0, T0)]).await;
-    let lease = LeaseRef {
+    store
+        .message_receive(receive_params(id, T0, 1, 1_000))
+        .await
+        .unwrap();
+    store
+        .message_receive(receive_params(id, T0 + 1_000, 1, 1_000))
+        .await
+        .unwrap();
+    let stale = LeaseRef {
         seq: seqs[0],
-        lease: 0,
+        lease: 1,
+    };
+    let current = LeaseRef {
+        seq: seqs[0],
+        lease: 2,
+    };
+    let delete = |queue_id: i64, now: i64, leases: Vec<LeaseRef>| MessageDeleteParams {
+        queue_id,
+        now,
+        leases,
     };
     let wrong_queue = store
-        .message_delete_batch(MessageDeleteParams {
-            queue_id: other,
-            leases: vec![lease],
-        })
+        .message_delete_batch(delete(other, T0 + 1_500, vec![current]))
         .await
         .unwrap();
     assert_eq!(
@@ -338,11 +352,17 @@ pub async fn delete_is_idempotent(fixture: Fixture) {
         [DeleteOutcome::AlreadyGone],
         "a message is deleted only through its own queue"
     );
+    let held = store
+        .message_delete_batch(delete(id, T0 + 1_500, vec![stale]))
+        .await
+        .unwrap();
+    assert_eq!(
+        held,
+        [DeleteOutcome::LeasedToAnother],
+        "a stale handle cannot take a message from its new holder"
+    );
     let deleted = store
-        .message_delete_batch(MessageDeleteParams {
-            queue_id: id,
-            leases: vec![lease, lease],
-        })
+        .message_delete_batch(delete(id, T0 + 1_500, vec![current, current]))
         .await
         .unwrap();
     assert_eq!(
@@ -350,6 +370,28 @@ pub async fn delete_is_idempotent(fixture: Fixture) {
         [DeleteOutcome::Deleted, DeleteOutcome::AlreadyGone]
     );
     assert_eq!(stats(store, id, T0).await, QueueStats::default());
+
+    let seqs = insert(store, id, vec![message("b", T0, T0)]).await;
+    store
+        .message_receive(receive_params(id, T0, 1, 1_000))
+        .await
+        .unwrap();
+    let expired_lease = store
+        .message_delete_batch(delete(
+            id,
+            T0 + 1_000,
+            vec![LeaseRef {
+                seq: seqs[0],
+                lease: 1,
+            }],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        expired_lease,
+        [DeleteOutcome::Deleted],
+        "a handle whose lease ran out still deletes an unheld message"
+    );
 }
 
 pub async fn visibility_changes_need_the_current_running_lease(fixture: Fixture) {
@@ -399,6 +441,7 @@ pub async fn visibility_changes_need_the_current_running_lease(fixture: Fixture)
     store
         .message_delete_batch(MessageDeleteParams {
             queue_id: id,
+            now: T0 + 9_000,
             leases: vec![LeaseRef {
                 seq: seqs[0],
                 lease: 1,
@@ -415,6 +458,45 @@ pub async fn visibility_changes_need_the_current_running_lease(fixture: Fixture)
         .await
         .unwrap();
     assert_eq!(gone, [ChangeVisibilityOutcome::NotAvailable]);
+}
+
+pub async fn writes_to_a_deleted_queue_fail_cleanly(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    store
+        .queue_delete(QueueDeleteParams {
+            queue_id: id,
+            now: T0,
+        })
+        .await
+        .unwrap();
+    let insert = store
+        .message_insert_batch(MessageInsertParams {
+            queue_id: id,
+            messages: vec![message("late", T0, T0)],
+        })
+        .await;
+    assert!(
+        matches!(
+            insert,
+            Err(ackbox_engine::store::StoreError::QueueNotFound { .. })
+        ),
+        "{insert:?}"
+    );
+    let purge = store
+        .queue_purge(QueuePurgeParams {
+            queue_id: id,
+            now: T0,
+            purged_after: T0 - 60_000,
+        })
+        .await;
+    assert!(
+        matches!(
+            purge,
+            Err(ackbox_engine::store::StoreError::QueueNotFound { .. })
+        ),
+        "{purge:?}"
+    );
 }
 
 pub async fn purge_empties_once_per_cooldown(fixture: Fixture) {
@@ -494,9 +576,10 @@ macro_rules! store_conformance {
             receive_leases_oldest_first_and_counts_receives,
             a_zero_lease_never_returns_a_message_twice_in_one_receive,
             expired_messages_are_dropped_not_delivered,
-            delete_is_idempotent,
+            delete_is_idempotent_and_respects_newer_leases,
             visibility_changes_need_the_current_running_lease,
             purge_empties_once_per_cooldown,
+            writes_to_a_deleted_queue_fail_cleanly,
             stats_split_visible_in_flight_and_delayed,
         );
     };

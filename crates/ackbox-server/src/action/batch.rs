@@ -75,7 +75,7 @@ pub fn validate_entries<'a>(
                 ErrorCode::InvalidBatchEntryId,
                 format!(
                     "A batch entry id can only contain alphanumeric characters, hyphens and underscores. \
-                     It can be at most {MAX_BATCH_ENTRY_ID_LEN} letters long. Got {id:?}."
+                     It can be at most {MAX_BATCH_ENTRY_ID_LEN} letters long."
                 ),
             ));
         }

@@ -24,7 +24,7 @@ mod writer;
 pub use writer::Durability;
 
 use mutation::{QUEUE_COLUMNS, database_error, queue_from_row, queue_record};
-use writer::Writer;
+use writer::{Commit, Writer};
 
 /// The database file inside the data directory.
 pub const DATABASE_FILE: &str = "ackbox.sqlite";
@@ -73,7 +73,7 @@ impl SqliteStore {
                  PRAGMA synchronous = {synchronous};
                  PRAGMA foreign_keys = OFF;
                  PRAGMA temp_store = MEMORY;
-                 PRAGMA cache_size = -65536;
+                 PRAGMA cache_size = -8192;
                  PRAGMA wal_autocheckpoint = 4000;"
             ))
             .map_err(database_error("configure writer connection"))?;
@@ -116,7 +116,9 @@ impl Store for SqliteStore {
     ) -> Result<QueueCreateOutcome, StoreError> {
         self.inner
             .writer
-            .submit(move |connection| mutation::queue_create(connection, &params))
+            .submit(Commit::Durable, move |connection| {
+                mutation::queue_create(connection, &params)
+            })
             .await
     }
 
@@ -155,21 +157,27 @@ impl Store for SqliteStore {
     async fn queue_update(&self, params: QueueUpdateParams) -> Result<(), StoreError> {
         self.inner
             .writer
-            .submit(move |connection| mutation::queue_update(connection, &params))
+            .submit(Commit::Durable, move |connection| {
+                mutation::queue_update(connection, &params)
+            })
             .await
     }
 
     async fn queue_delete(&self, params: QueueDeleteParams) -> Result<bool, StoreError> {
         self.inner
             .writer
-            .submit(move |connection| mutation::queue_delete(connection, &params))
+            .submit(Commit::Durable, move |connection| {
+                mutation::queue_delete(connection, &params)
+            })
             .await
     }
 
     async fn queue_purge(&self, params: QueuePurgeParams) -> Result<QueuePurgeOutcome, StoreError> {
         self.inner
             .writer
-            .submit(move |connection| mutation::queue_purge(connection, &params))
+            .submit(Commit::Durable, move |connection| {
+                mutation::queue_purge(connection, &params)
+            })
             .await
     }
 
@@ -204,7 +212,9 @@ impl Store for SqliteStore {
     ) -> Result<Vec<i64>, StoreError> {
         self.inner
             .writer
-            .submit(move |connection| mutation::message_insert_batch(connection, &params))
+            .submit(Commit::Durable, move |connection| {
+                mutation::message_insert_batch(connection, &params)
+            })
             .await
     }
 
@@ -214,7 +224,9 @@ impl Store for SqliteStore {
     ) -> Result<ReceiveOutcome, StoreError> {
         self.inner
             .writer
-            .submit(move |connection| mutation::message_receive(connection, &params))
+            .submit(Commit::Lazy, move |connection| {
+                mutation::message_receive(connection, &params)
+            })
             .await
     }
 
@@ -224,7 +236,9 @@ impl Store for SqliteStore {
     ) -> Result<Vec<DeleteOutcome>, StoreError> {
         self.inner
             .writer
-            .submit(move |connection| mutation::message_delete_batch(connection, &params))
+            .submit(Commit::Durable, move |connection| {
+                mutation::message_delete_batch(connection, &params)
+            })
             .await
     }
 
@@ -234,7 +248,7 @@ impl Store for SqliteStore {
     ) -> Result<Vec<ChangeVisibilityOutcome>, StoreError> {
         self.inner
             .writer
-            .submit(move |connection| {
+            .submit(Commit::Lazy, move |connection| {
                 mutation::message_change_visibility_batch(connection, &params)
             })
             .await
@@ -243,7 +257,9 @@ impl Store for SqliteStore {
     async fn message_expire(&self, params: MessageExpireParams) -> Result<u64, StoreError> {
         self.inner
             .writer
-            .submit(move |connection| mutation::message_expire(connection, &params))
+            .submit(Commit::Lazy, move |connection| {
+                mutation::message_expire(connection, &params)
+            })
             .await
     }
 

@@ -15,6 +15,9 @@ use crate::store::{
     QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage,
 };
 
+/// Most expired messages one receive drops; the retention sweeper does the rest.
+const MAX_EXPIRED_PER_RECEIVE: usize = 1_000;
+
 pub(crate) fn database_error(
     operation: &'static str,
 ) -> impl FnOnce(rusqlite::Error) -> StoreError {
@@ -186,7 +189,11 @@ pub(crate) fn queue_purge(
             [params.queue_id],
             |row| row.get(0),
         )
-        .map_err(database_error("queue_purge: lookup"))?;
+        .optional()
+        .map_err(database_error("queue_purge: lookup"))?
+        .ok_or(StoreError::QueueNotFound {
+            queue_id: params.queue_id,
+        })?;
     if last_purged_at.is_some_and(|at| at >= params.purged_after) {
         return Ok(QueuePurgeOutcome::InProgress);
     }
@@ -205,10 +212,25 @@ pub(crate) fn queue_purge(
     Ok(QueuePurgeOutcome::Purged(purged as u64))
 }
 
+/// Fails with `QueueNotFound` when the queue was deleted after the engine
+/// looked it up, so no write lands in a queue that no longer exists.
+fn ensure_queue_exists(connection: &Connection, queue_id: i64) -> Result<(), StoreError> {
+    let exists = connection
+        .prepare_cached("SELECT 1 FROM queues WHERE id = ?1")
+        .and_then(|mut select| select.exists([queue_id]))
+        .map_err(database_error("queue exists"))?;
+    if exists {
+        Ok(())
+    } else {
+        Err(StoreError::QueueNotFound { queue_id })
+    }
+}
+
 pub(crate) fn message_insert_batch(
     connection: &Connection,
     params: &MessageInsertParams,
 ) -> Result<Vec<i64>, StoreError> {
+    ensure_queue_exists(connection, params.queue_id)?;
     let mut insert = connection
         .prepare_cached(
             "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
@@ -292,13 +314,17 @@ pub(crate) fn message_receive(
 
     let mut outcome = ReceiveOutcome::default();
     let wanted = params.max_messages as usize;
+    let mut expired_seen = 0usize;
     // A lease of zero seconds leaves a message visible, so a later round of
     // this loop could meet it again: `leased` keeps one receive from returning
     // a message twice. Expired messages are dropped as they are met, which is
     // why a queue full of them needs several rounds to fill a receive.
     let mut leased = std::collections::HashSet::new();
     while outcome.messages.len() < wanted {
-        let limit = (wanted - outcome.messages.len() + leased.len()) as i64;
+        // Rows leased with a zero lease can come back in this select, so the
+        // limit leaves room for them next to the messages still wanted;
+        // expired rows are deleted as they are met and cannot come back.
+        let limit = wanted as i64;
         let rows = select
             .query_map(params![params.queue_id, params.now, limit], message_row)
             .map_err(database_error("message_receive: select"))?
@@ -315,6 +341,12 @@ pub(crate) fn message_receive(
             }
             progressed = true;
             if message.sent_at <= params.expired_at_or_before {
+                if expired_seen >= MAX_EXPIRED_PER_RECEIVE {
+                    // Leave the rest to the retention sweeper rather than hold
+                    // the writer (and every other queue) for a huge backlog.
+                    break;
+                }
+                expired_seen += 1;
                 expire
                     .execute([message.seq])
                     .map_err(database_error("message_receive: expire"))?;
@@ -331,7 +363,7 @@ pub(crate) fn message_receive(
             message.first_received_at.get_or_insert(params.now);
             outcome.messages.push(message);
         }
-        if !progressed {
+        if !progressed || expired_seen >= MAX_EXPIRED_PER_RECEIVE {
             break;
         }
     }
@@ -352,18 +384,32 @@ pub(crate) fn message_delete_batch(
     connection: &Connection,
     params: &MessageDeleteParams,
 ) -> Result<Vec<DeleteOutcome>, StoreError> {
+    // A handle deletes its own lease's message, or a message nobody holds
+    // now; never a message another consumer received after it.
     let mut delete = connection
-        .prepare_cached("DELETE FROM messages WHERE seq = ?1 AND queue_id = ?2")
+        .prepare_cached(
+            "DELETE FROM messages
+             WHERE seq = ?1 AND queue_id = ?2 AND (receive_count = ?3 OR visible_at <= ?4)",
+        )
         .map_err(database_error("message_delete_batch: prepare"))?;
+    let mut exists = connection
+        .prepare_cached("SELECT 1 FROM messages WHERE seq = ?1 AND queue_id = ?2")
+        .map_err(database_error("message_delete_batch: prepare exists"))?;
     params
         .leases
         .iter()
         .map(|lease| {
             let deleted = delete
-                .execute(params![lease.seq, params.queue_id])
+                .execute(params![lease.seq, params.queue_id, lease.lease, params.now])
                 .map_err(database_error("message_delete_batch: delete"))?;
-            Ok(if deleted > 0 {
-                DeleteOutcome::Deleted
+            if deleted > 0 {
+                return Ok(DeleteOutcome::Deleted);
+            }
+            let held = exists
+                .exists(params![lease.seq, params.queue_id])
+                .map_err(database_error("message_delete_batch: exists"))?;
+            Ok(if held {
+                DeleteOutcome::LeasedToAnother
             } else {
                 DeleteOutcome::AlreadyGone
             })

@@ -9,6 +9,12 @@
 //!
 //! Backpressure: at most [`QUEUE_CAPACITY`] jobs wait; further submitters wait
 //! asynchronously for a slot instead of growing memory without bound.
+//!
+//! Not every write must reach the disk before its caller hears back: a lease
+//! taken by a receive ([`Commit::Lazy`]) that is lost to a power failure only
+//! makes the message visible early, which at-least-once delivery allows. A
+//! group made only of lazy jobs commits without an fsync; the next durable
+//! commit's fsync covers it, since the WAL is synced as a whole.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -40,6 +46,15 @@ pub enum Durability {
     },
 }
 
+/// Whether a job's caller may be answered before its commit is fsynced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Commit {
+    /// Answer only after the commit is on disk (per the [`Durability`] mode).
+    Durable,
+    /// Answer after the commit reaches the OS; a power loss may undo it.
+    Lazy,
+}
+
 /// Called once the job's transaction has committed (`true`) or failed (`false`).
 type Completion = Box<dyn FnOnce(bool) + Send>;
 /// A mutation: runs SQL and says whether it succeeded (its savepoint is kept)
@@ -48,6 +63,7 @@ type Job = Box<dyn FnOnce(&Connection) -> (bool, Completion) + Send>;
 
 struct Pending {
     job: Job,
+    commit: Commit,
     /// Released when the writer takes the job, making room for another.
     _slot: OwnedSemaphorePermit,
 }
@@ -65,8 +81,8 @@ struct Queue {
     closing: bool,
 }
 
-/// Handle to the writer thread; dropping it without [`Writer::close`] leaves
-/// the thread to drain and exit when the last submitter is gone.
+/// Handle to the writer thread. Dropping it without [`Writer::close`] tells
+/// the thread to commit what is queued and exit, without waiting for it.
 pub(crate) struct Writer {
     shared: Arc<Shared>,
     slots: Arc<Semaphore>,
@@ -103,6 +119,7 @@ impl Writer {
                     durability,
                     shared: thread_shared,
                     unsynced_since: None,
+                    syncing_commits: true,
                 }
                 .run();
             })
@@ -118,7 +135,7 @@ impl Writer {
     }
 
     /// Runs `work` in the next group commit and returns its result once durable.
-    pub(crate) async fn submit<T, F>(&self, work: F) -> Result<T, StoreError>
+    pub(crate) async fn submit<T, F>(&self, commit: Commit, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -154,7 +171,11 @@ impl Writer {
                     reason: "the store is closed",
                 });
             }
-            queue.pending.push_back(Pending { job, _slot: slot });
+            queue.pending.push_back(Pending {
+                job,
+                commit,
+                _slot: slot,
+            });
         }
         self.shared.wake.notify_one();
         answer.await.map_err(|_| StoreError::Unavailable {
@@ -183,6 +204,15 @@ impl Writer {
     }
 }
 
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Ok(mut queue) = self.shared.jobs.lock() {
+            queue.closing = true;
+        }
+        self.shared.wake.notify_one();
+    }
+}
+
 struct WriterLoop {
     connection: Connection,
     wal_path: PathBuf,
@@ -190,6 +220,8 @@ struct WriterLoop {
     shared: Arc<Shared>,
     /// In relaxed mode: when the oldest commit not yet fsynced was made.
     unsynced_since: Option<Instant>,
+    /// Whether the connection's `synchronous` pragma currently fsyncs on commit.
+    syncing_commits: bool,
 }
 
 impl WriterLoop {
@@ -253,33 +285,97 @@ impl WriterLoop {
         (batch, queue.closing)
     }
 
+    /// Runs one cached statement; transaction control is prepared once, not
+    /// parsed on every commit.
+    fn execute(&self, sql: &str) -> rusqlite::Result<()> {
+        self.connection.prepare_cached(sql)?.execute([]).map(|_| ())
+    }
+
+    /// In fsync mode, makes the next commit fsync only if a job needs it.
+    fn set_commit_sync(&mut self, durable: bool) {
+        let wanted = durable && self.durability == Durability::Fsync;
+        if wanted == self.syncing_commits {
+            return;
+        }
+        let pragma = if wanted {
+            "PRAGMA synchronous = FULL"
+        } else {
+            "PRAGMA synchronous = NORMAL"
+        };
+        match self.connection.execute_batch(pragma) {
+            Ok(()) => self.syncing_commits = wanted,
+            Err(error) => tracing::error!(%error, "could not switch commit synchronisation"),
+        }
+    }
+
     fn commit(&mut self, batch: Vec<Pending>) {
-        let mut completions = Vec::with_capacity(batch.len());
-        if let Err(error) = self.connection.execute_batch("BEGIN IMMEDIATE") {
+        let durable = batch
+            .iter()
+            .any(|pending| pending.commit == Commit::Durable);
+        self.set_commit_sync(durable);
+        if let Err(error) = self.execute("BEGIN IMMEDIATE") {
             // Dropping the jobs unrun drops their reply channels: every caller
             // hears "unavailable" and nothing is acknowledged.
             tracing::error!(%error, jobs = batch.len(), "could not begin a write transaction");
             return;
         }
+        let mut completions = Vec::with_capacity(batch.len());
+        let mut abandon = false;
         for pending in batch {
-            let savepoint = self.connection.execute_batch("SAVEPOINT job");
-            let (succeeded, completion) = (pending.job)(&self.connection);
-            let closed = if succeeded {
-                self.connection.execute_batch("RELEASE job")
-            } else {
-                self.connection
-                    .execute_batch("ROLLBACK TO job; RELEASE job")
-            };
-            if let Err(error) = savepoint.and(closed) {
-                tracing::error!(%error, "savepoint handling failed");
+            // After a failure, the remaining jobs are dropped unrun, which
+            // answers their callers "unavailable".
+            if abandon {
+                continue;
             }
+            if let Err(error) = self.execute("SAVEPOINT job") {
+                tracing::error!(%error, "could not open a savepoint; abandoning the group");
+                abandon = true;
+                continue;
+            }
+            let job = pending.job;
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&self.connection)));
+            let Ok((succeeded, completion)) = outcome else {
+                tracing::error!("a store job panicked; abandoning the group");
+                abandon = true;
+                continue;
+            };
             completions.push(completion);
+            let closed = if succeeded {
+                self.execute("RELEASE job")
+            } else {
+                self.execute("ROLLBACK TO job")
+                    .and_then(|()| self.execute("RELEASE job"))
+            };
+            if let Err(error) = closed {
+                tracing::error!(%error, "savepoint handling failed; abandoning the group");
+                abandon = true;
+            }
+            // SQLite rolls a whole transaction back on some errors (disk full,
+            // I/O); no further job may then run outside the transaction.
+            if self.connection.is_autocommit() {
+                tracing::error!(
+                    "the write transaction was rolled back by SQLite; abandoning the group"
+                );
+                abandon = true;
+            }
         }
-        let committed = match self.connection.execute_batch("COMMIT") {
+        if abandon {
+            if !self.connection.is_autocommit()
+                && let Err(error) = self.execute("ROLLBACK")
+            {
+                tracing::error!(%error, "rollback of an abandoned group failed");
+            }
+            for complete in completions {
+                complete(false);
+            }
+            return;
+        }
+        let committed = match self.execute("COMMIT") {
             Ok(()) => true,
             Err(error) => {
                 tracing::error!(%error, jobs = completions.len(), "group commit failed; no job is acknowledged");
-                if let Err(error) = self.connection.execute_batch("ROLLBACK") {
+                if let Err(error) = self.execute("ROLLBACK") {
                     tracing::error!(%error, "rollback after a failed commit failed");
                 }
                 false
@@ -347,7 +443,7 @@ mod tests {
             let writer = Arc::clone(&writer);
             tasks.push(tokio::spawn(async move {
                 writer
-                    .submit(move |connection| {
+                    .submit(Commit::Durable, move |connection| {
                         connection
                             .execute("INSERT INTO t (v) VALUES (?1)", [value])
                             .map_err(|source| StoreError::Database {
@@ -375,6 +471,34 @@ mod tests {
         assert_eq!(count(&dir), 63);
     }
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_panicking_job_commits_nothing_of_its_group_and_the_writer_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = Arc::new(open_writer(&dir, Durability::Fsync));
+        let insert = |value: i64| {
+            move |connection: &Connection| {
+                connection
+                    .execute("INSERT INTO t (v) VALUES (?1)", [value])
+                    .map_err(|source| StoreError::Database {
+                        operation: "insert",
+                        source,
+                    })?;
+                if value < 0 {
+                    panic!("a bug in a job");
+                }
+                Ok(())
+            }
+        };
+        let panicking = writer.submit(Commit::Durable, insert(-1)).await;
+        assert!(
+            matches!(panicking, Err(StoreError::Unavailable { .. })),
+            "{panicking:?}"
+        );
+        writer.submit(Commit::Durable, insert(1)).await.unwrap();
+        writer.close();
+        assert_eq!(count(&dir), 1, "the panicking job's row was rolled back");
+    }
+
     #[tokio::test]
     async fn submit_after_close_is_unavailable() {
         let dir = tempfile::tempdir().unwrap();
@@ -384,10 +508,13 @@ mod tests {
                 sync_interval: Duration::from_millis(5),
             },
         );
-        writer.submit(|_| Ok(())).await.unwrap();
+        writer.submit(Commit::Lazy, |_| Ok(())).await.unwrap();
         writer.close();
         writer.close();
-        let error = writer.submit(|_| Ok(())).await.unwrap_err();
+        let error = writer
+            .submit(Commit::Durable, |_| Ok(()))
+            .await
+            .unwrap_err();
         assert!(error.is_retryable());
     }
 }
