@@ -2,10 +2,12 @@
 //!
 //! Every mutation is a [`Job`] pushed onto a bounded queue. The writer thread
 //! takes all queued jobs (up to [`MAX_JOBS_PER_COMMIT`]), runs each inside its
-//! own savepoint of one transaction, commits — which fsyncs the WAL in
-//! [`Durability::Fsync`] mode — and only then completes every job. A caller is
-//! therefore never told "done" before its change is durable, and concurrent
-//! callers share one fsync.
+//! own savepoint of one transaction and commits. In [`Durability::Fsync`] mode
+//! it then hands the group to the flusher thread, which fsyncs the WAL and only
+//! then completes every job of every group committed before that fsync began.
+//! A caller is therefore never told "done" before its change is durable,
+//! concurrent callers share one fsync, and the next group is built and
+//! committed while the disk is still busy with the previous one.
 //!
 //! Backpressure: at most [`QUEUE_CAPACITY`] jobs wait; further submitters wait
 //! asynchronously for a slot instead of growing memory without bound.
@@ -17,8 +19,8 @@
 //! commit's fsync covers it, since the WAL is synced as a whole.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -110,6 +112,14 @@ impl Writer {
             wake: Condvar::new(),
         });
         let thread_shared = Arc::clone(&shared);
+        let thread_error = |source| StoreError::Io {
+            path: "ackbox-sqlite-writer thread".to_owned(),
+            source,
+        };
+        let flusher = match durability {
+            Durability::Fsync => Some(Flusher::start(wal_path.clone()).map_err(thread_error)?),
+            Durability::Relaxed { .. } => None,
+        };
         let thread = std::thread::Builder::new()
             .name("ackbox-sqlite-writer".to_owned())
             .spawn(move || {
@@ -119,14 +129,11 @@ impl Writer {
                     durability,
                     shared: thread_shared,
                     unsynced_since: None,
-                    syncing_commits: true,
+                    flusher,
                 }
                 .run();
             })
-            .map_err(|source| StoreError::Io {
-                path: "ackbox-sqlite-writer thread".to_owned(),
-                source,
-            })?;
+            .map_err(thread_error)?;
         Ok(Self {
             shared,
             slots: Arc::new(Semaphore::new(QUEUE_CAPACITY)),
@@ -213,15 +220,67 @@ impl Drop for Writer {
     }
 }
 
+/// fsyncs the WAL. The connection runs with `synchronous=NORMAL` (no fsync
+/// inside COMMIT), so the writer decides per group whether to wait for the
+/// disk; a sync of the WAL covers every commit before it. fsync acts on the
+/// inode, so a second descriptor flushes what SQLite's own descriptor wrote.
+fn sync_wal(wal_path: &Path) -> std::io::Result<()> {
+    match std::fs::File::open(wal_path).and_then(|wal| wal.sync_data()) {
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// The fsync thread of [`Durability::Fsync`] mode.
+struct Flusher {
+    /// Committed groups waiting for an fsync; written by the writer thread,
+    /// read by the flusher thread. Dropping it stops the flusher.
+    groups: mpsc::Sender<Vec<Completion>>,
+    thread: JoinHandle<()>,
+}
+
+impl Flusher {
+    fn start(wal_path: PathBuf) -> std::io::Result<Self> {
+        let (groups, committed) = mpsc::channel::<Vec<Completion>>();
+        let thread = std::thread::Builder::new()
+            .name("ackbox-sqlite-flusher".to_owned())
+            .spawn(move || {
+                while let Ok(first) = committed.recv() {
+                    // Every group already committed rides on this one fsync.
+                    let mut ready = vec![first];
+                    ready.extend(committed.try_iter());
+                    let synced = sync_wal(&wal_path);
+                    if let Err(error) = &synced {
+                        // The commits are visible but may not survive a power
+                        // loss: do not tell anyone they are safe.
+                        tracing::error!(%error, path = %wal_path.display(), "WAL fsync failed; groups are not acknowledged");
+                    }
+                    for complete in ready.into_iter().flatten() {
+                        complete(synced.is_ok());
+                    }
+                }
+            })?;
+        Ok(Self { groups, thread })
+    }
+
+    /// Waits for every handed-over group to be synced and answered.
+    fn finish(self) {
+        drop(self.groups);
+        if self.thread.join().is_err() {
+            tracing::error!("the SQLite flusher thread panicked");
+        }
+    }
+}
+
 struct WriterLoop {
     connection: Connection,
     wal_path: PathBuf,
     durability: Durability,
     shared: Arc<Shared>,
-    /// In relaxed mode: when the oldest commit not yet fsynced was made.
+    /// When the oldest durable commit not yet fsynced was made (relaxed mode).
     unsynced_since: Option<Instant>,
-    /// Whether the connection's `synchronous` pragma currently fsyncs on commit.
-    syncing_commits: bool,
+    /// In fsync mode, the thread that syncs committed groups and answers them.
+    flusher: Option<Flusher>,
 }
 
 impl WriterLoop {
@@ -235,6 +294,9 @@ impl WriterLoop {
             if closing && self.queue_is_empty() {
                 break;
             }
+        }
+        if let Some(flusher) = self.flusher.take() {
+            flusher.finish();
         }
         if let Err(error) = self
             .connection
@@ -291,28 +353,10 @@ impl WriterLoop {
         self.connection.prepare_cached(sql)?.execute([]).map(|_| ())
     }
 
-    /// In fsync mode, makes the next commit fsync only if a job needs it.
-    fn set_commit_sync(&mut self, durable: bool) {
-        let wanted = durable && self.durability == Durability::Fsync;
-        if wanted == self.syncing_commits {
-            return;
-        }
-        let pragma = if wanted {
-            "PRAGMA synchronous = FULL"
-        } else {
-            "PRAGMA synchronous = NORMAL"
-        };
-        match self.connection.execute_batch(pragma) {
-            Ok(()) => self.syncing_commits = wanted,
-            Err(error) => tracing::error!(%error, "could not switch commit synchronisation"),
-        }
-    }
-
     fn commit(&mut self, batch: Vec<Pending>) {
         let durable = batch
             .iter()
             .any(|pending| pending.commit == Commit::Durable);
-        self.set_commit_sync(durable);
         if let Err(error) = self.execute("BEGIN IMMEDIATE") {
             // Dropping the jobs unrun drops their reply channels: every caller
             // hears "unavailable" and nothing is acknowledged.
@@ -381,11 +425,34 @@ impl WriterLoop {
                 false
             }
         };
-        if committed && matches!(self.durability, Durability::Relaxed { .. }) {
-            self.unsynced_since.get_or_insert_with(Instant::now);
+        if !(committed && durable) {
+            for complete in completions {
+                complete(committed);
+            }
+            return;
         }
-        for complete in completions {
-            complete(committed);
+        match (&self.flusher, self.durability) {
+            (Some(flusher), _) => {
+                if let Err(mpsc::SendError(completions)) = flusher.groups.send(completions) {
+                    // The flusher is gone; sync here rather than acknowledge unsynced.
+                    let synced = sync_wal(&self.wal_path).is_ok();
+                    for complete in completions {
+                        complete(synced);
+                    }
+                }
+            }
+            (None, Durability::Fsync) => {
+                let synced = sync_wal(&self.wal_path).is_ok();
+                for complete in completions {
+                    complete(synced);
+                }
+            }
+            (None, Durability::Relaxed { .. }) => {
+                self.unsynced_since.get_or_insert_with(Instant::now);
+                for complete in completions {
+                    complete(true);
+                }
+            }
         }
     }
 
@@ -399,14 +466,8 @@ impl WriterLoop {
         if !force && since.elapsed() < sync_interval {
             return;
         }
-        // fsync acts on the inode, so a second descriptor of the WAL file
-        // flushes what SQLite's own descriptor wrote.
-        let synced = std::fs::File::open(&self.wal_path).and_then(|wal| wal.sync_data());
-        match synced {
+        match sync_wal(&self.wal_path) {
             Ok(()) => self.unsynced_since = None,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                self.unsynced_since = None;
-            }
             Err(error) => {
                 tracing::error!(%error, path = %self.wal_path.display(), "periodic WAL fsync failed");
             }
