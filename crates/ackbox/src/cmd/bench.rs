@@ -511,10 +511,24 @@ async fn latency(client: &ApiClient, args: &Args, queue_url: &str) -> anyhow::Re
     }
 
     let padding = "x".repeat(args.body_size.saturating_sub(21));
+    // tokio's timer ticks in whole milliseconds, which would charge up to a
+    // millisecond of client lateness to every message; an OS thread sleeping
+    // with nanosleep keeps the schedule to tens of microseconds.
+    let (ticks, mut due) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let scheduler = std::thread::spawn(move || {
+        for index in 0..total {
+            let scheduled = origin + interval * u32::try_from(index).unwrap_or(u32::MAX);
+            let wait = scheduled.saturating_duration_since(Instant::now());
+            if !wait.is_zero() {
+                std::thread::sleep(wait);
+            }
+            if ticks.send(scheduled).is_err() {
+                break;
+            }
+        }
+    });
     let mut senders = tokio::task::JoinSet::new();
-    for index in 0..total {
-        let scheduled = origin + interval * u32::try_from(index).unwrap_or(u32::MAX);
-        tokio::time::sleep_until(scheduled.into()).await;
+    while let Some(scheduled) = due.recv().await {
         let (client, errors, acknowledged, bar) = (
             client.clone(),
             Arc::clone(&errors),
@@ -539,6 +553,9 @@ async fn latency(client: &ApiClient, args: &Args, queue_url: &str) -> anyhow::Re
                 }
             }
         });
+    }
+    if scheduler.join().is_err() {
+        bail!("the W3 scheduler thread panicked");
     }
     while senders.join_next().await.is_some() {}
     sending_done.store(true, Ordering::Relaxed);
