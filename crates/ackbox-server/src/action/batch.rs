@@ -41,6 +41,23 @@ impl ErrorEntry {
     }
 }
 
+/// Splits per-entry outcomes into SQS's `Successful` and `Failed` lists,
+/// keeping request order.
+pub fn split_outcomes(
+    ids: impl IntoIterator<Item = String>,
+    outcomes: Vec<Result<(), SqsError>>,
+) -> (Vec<ResultEntry>, Vec<ErrorEntry>) {
+    let mut successful = Vec::new();
+    let mut failed = Vec::new();
+    for (id, outcome) in ids.into_iter().zip(outcomes) {
+        match outcome {
+            Ok(()) => successful.push(ResultEntry { id }),
+            Err(error) => failed.push(ErrorEntry::new(id, &error)),
+        }
+    }
+    (successful, failed)
+}
+
 /// Checks the entry count and the entry ids of a batch.
 ///
 /// `entry_shape` is the request entry's shape name, used in the empty-batch message.

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::RequestContext;
-use super::batch::{ErrorEntry, ResultEntry, validate_entries};
+use super::batch::{ErrorEntry, ResultEntry, split_outcomes, validate_entries};
 use crate::error::ApiError;
 
 /// ChangeMessageVisibilityBatch request.
@@ -56,15 +56,7 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
         .engine
         .change_message_visibility_batch(&name, &changes)
         .await?;
-    let mut response = Response {
-        successful: Vec::new(),
-        failed: Vec::new(),
-    };
-    for (entry, result) in request.entries.into_iter().zip(results) {
-        match result {
-            Ok(()) => response.successful.push(ResultEntry { id: entry.id }),
-            Err(error) => response.failed.push(ErrorEntry::new(entry.id, &error)),
-        }
-    }
-    Ok(response)
+    let (successful, failed) =
+        split_outcomes(request.entries.into_iter().map(|entry| entry.id), results);
+    Ok(Response { successful, failed })
 }

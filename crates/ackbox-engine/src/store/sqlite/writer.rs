@@ -488,6 +488,16 @@ mod tests {
         Writer::start(connection, dir.path().join("db.sqlite-wal"), durability).unwrap()
     }
 
+    fn insert_value(connection: &Connection, value: i64) -> Result<(), StoreError> {
+        connection
+            .execute("INSERT INTO t (v) VALUES (?1)", [value])
+            .map(|_| ())
+            .map_err(|source| StoreError::Database {
+                operation: "insert",
+                source,
+            })
+    }
+
     fn count(dir: &tempfile::TempDir) -> i64 {
         let connection = Connection::open(dir.path().join("db.sqlite")).unwrap();
         connection
@@ -505,12 +515,7 @@ mod tests {
             tasks.push(tokio::spawn(async move {
                 writer
                     .submit(Commit::Durable, move |connection| {
-                        connection
-                            .execute("INSERT INTO t (v) VALUES (?1)", [value])
-                            .map_err(|source| StoreError::Database {
-                                operation: "insert",
-                                source,
-                            })?;
+                        insert_value(connection, value)?;
                         if value == 13 {
                             return Err(StoreError::Corrupt {
                                 detail: "unlucky".into(),
@@ -538,12 +543,7 @@ mod tests {
         let writer = Arc::new(open_writer(&dir, Durability::Fsync));
         let insert = |value: i64| {
             move |connection: &Connection| {
-                connection
-                    .execute("INSERT INTO t (v) VALUES (?1)", [value])
-                    .map_err(|source| StoreError::Database {
-                        operation: "insert",
-                        source,
-                    })?;
+                insert_value(connection, value)?;
                 if value < 0 {
                     panic!("a bug in a job");
                 }
