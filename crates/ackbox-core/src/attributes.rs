@@ -12,6 +12,7 @@ use crate::limits::{
     MAX_MESSAGE_SIZE, MAX_RETENTION_SECONDS, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_TIME_SECONDS,
     MIN_MESSAGE_SIZE_ATTRIBUTE, MIN_RETENTION_SECONDS,
 };
+use crate::redrive::{RedriveAllowPolicy, RedrivePolicy};
 
 /// Settable attributes the engine enforces.
 const DELAY_SECONDS: &str = "DelaySeconds";
@@ -28,9 +29,9 @@ const PASSTHROUGH: [&str; 4] = [
     "SqsManagedSseEnabled",
 ];
 
-/// Attributes of dead-letter queues, not available yet; setting one is refused
-/// rather than silently ignored, so nobody believes a DLQ is in force.
-const NOT_YET_SUPPORTED: [&str; 2] = ["RedrivePolicy", "RedriveAllowPolicy"];
+/// Dead-letter policies, as JSON strings.
+const REDRIVE_POLICY: &str = "RedrivePolicy";
+const REDRIVE_ALLOW_POLICY: &str = "RedriveAllowPolicy";
 
 /// Attributes only FIFO queues have; on a standard queue SQS calls them unknown.
 const FIFO_ONLY: [&str; 3] = [
@@ -62,6 +63,10 @@ pub struct QueueAttributes {
     pub receive_message_wait_time_seconds: i64,
     /// Default lease on receive, seconds (0..=43,200).
     pub visibility_timeout: i64,
+    /// Where poison messages go; `None` keeps them forever.
+    pub redrive_policy: Option<RedrivePolicy>,
+    /// Which queues may use this one as their dead-letter queue; `None` allows all.
+    pub redrive_allow_policy: Option<RedriveAllowPolicy>,
     /// Recorded attributes without engine semantics, by wire name.
     pub passthrough: BTreeMap<String, String>,
 }
@@ -74,6 +79,8 @@ impl Default for QueueAttributes {
             message_retention_period: DEFAULT_RETENTION_SECONDS,
             receive_message_wait_time_seconds: 0,
             visibility_timeout: DEFAULT_VISIBILITY_TIMEOUT_SECONDS,
+            redrive_policy: None,
+            redrive_allow_policy: None,
             passthrough: BTreeMap::new(),
         }
     }
@@ -152,13 +159,13 @@ impl QueueAttributes {
                         ),
                     ));
                 }
-                unsupported if NOT_YET_SUPPORTED.contains(&unsupported) => {
-                    return Err(SqsError::new(
-                        ErrorCode::UnsupportedOperation,
-                        format!(
-                            "The attribute {name} is not supported by this ackbox version yet."
-                        ),
-                    ));
+                // The empty string removes a policy, as on SQS.
+                REDRIVE_POLICY => {
+                    self.redrive_policy = (!value.is_empty()).then(|| value.parse()).transpose()?;
+                }
+                REDRIVE_ALLOW_POLICY => {
+                    self.redrive_allow_policy =
+                        (!value.is_empty()).then(|| value.parse()).transpose()?;
                 }
                 unknown => {
                     return Err(SqsError::new(
@@ -174,6 +181,12 @@ impl QueueAttributes {
     /// The settable attributes as wire strings, by name.
     pub fn to_map(&self) -> BTreeMap<String, String> {
         let mut map = self.passthrough.clone();
+        if let Some(policy) = &self.redrive_policy {
+            map.insert(REDRIVE_POLICY.to_owned(), policy.to_string());
+        }
+        if let Some(policy) = &self.redrive_allow_policy {
+            map.insert(REDRIVE_ALLOW_POLICY.to_owned(), policy.to_string());
+        }
         map.insert(DELAY_SECONDS.to_owned(), self.delay_seconds.to_string());
         map.insert(
             MAXIMUM_MESSAGE_SIZE.to_owned(),
@@ -224,7 +237,7 @@ pub fn is_known_attribute_name(name: &str) -> bool {
     name == "All"
         || COMPUTED_ATTRIBUTES.contains(&name)
         || PASSTHROUGH.contains(&name)
-        || NOT_YET_SUPPORTED.contains(&name)
+        || [REDRIVE_POLICY, REDRIVE_ALLOW_POLICY].contains(&name)
         || [
             DELAY_SECONDS,
             MAXIMUM_MESSAGE_SIZE,

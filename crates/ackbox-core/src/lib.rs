@@ -13,6 +13,7 @@
 //! - [`message`]: message attributes, body rules and size.
 //! - [`digest`]: `MD5OfMessageBody` and `MD5OfMessageAttributes`.
 //! - [`receipt`]: sealed receipt handles.
+//! - [`redrive`]: dead-letter policies (`RedrivePolicy`, `RedriveAllowPolicy`).
 //! - [`clock`]: [`Clock`](clock::Clock), system and manual.
 //!
 //! # Example
@@ -32,3 +33,4 @@ pub mod limits;
 pub mod message;
 pub mod queue_name;
 pub mod receipt;
+pub mod redrive;

@@ -49,3 +49,7 @@ pub const MAX_QUEUE_TAGS: usize = 50;
 pub const MAX_TAG_KEY_LEN: usize = 128;
 /// Longest tag value.
 pub const MAX_TAG_VALUE_LEN: usize = 256;
+/// Largest `maxReceiveCount` of a redrive policy.
+pub const MAX_MAX_RECEIVE_COUNT: u32 = 1_000;
+/// Most source queues a `byQueue` redrive allow policy may name.
+pub const MAX_REDRIVE_ALLOW_SOURCES: usize = 10;

@@ -166,6 +166,7 @@ impl Engine {
         validate_tags(tags)?;
 
         let _admin = self.inner.admin.lock().await;
+        self.validate_redrive(&name, &settings).await?;
         if let Some(existing) = self.inner.registry.get(name.as_str()) {
             self.ensure_same_attributes(&existing, attributes)?;
             return Ok(name);
@@ -197,6 +198,66 @@ impl Engine {
             )
             .into()),
         }
+    }
+
+    /// A redrive policy must name another existing queue that allows `source`
+    /// to use it, checked when the policy is set (as SQS does), so a message is
+    /// never sent to a queue that cannot take it.
+    async fn validate_redrive(
+        &self,
+        source: &QueueName,
+        settings: &QueueAttributes,
+    ) -> Result<(), EngineError> {
+        let Some(policy) = &settings.redrive_policy else {
+            return Ok(());
+        };
+        let invalid = |reason: &str| SqsError::invalid_parameter("RedrivePolicy", policy, reason);
+        let target_name = self
+            .realm()
+            .queue_name_from_arn(&policy.dead_letter_target_arn)
+            .ok_or_else(|| invalid("Dead letter target does not exist."))?;
+        if &target_name == source {
+            return Err(invalid("A queue cannot be its own dead-letter queue.").into());
+        }
+        let target = match self.queue(&target_name).await {
+            Ok(target) => target,
+            Err(EngineError::Sqs(error)) if error.code == ErrorCode::QueueDoesNotExist => {
+                return Err(invalid("Dead letter target does not exist.").into());
+            }
+            Err(other) => return Err(other),
+        };
+        let source_arn = self.realm().queue_arn(source);
+        if let Some(allow) = &target.snapshot().attributes.redrive_allow_policy
+            && !allow.allows(&source_arn)
+        {
+            return Err(invalid(&format!(
+                "The RedriveAllowPolicy of {} does not allow {source_arn} as a source queue.",
+                policy.dead_letter_target_arn
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// ListDeadLetterSourceQueues: the queues whose redrive policy names
+    /// `name`, in name order, paginated like ListQueues.
+    pub async fn list_dead_letter_source_queues(
+        &self,
+        name: &QueueName,
+        max_results: Option<i32>,
+        next_token: Option<&str>,
+    ) -> Result<(Vec<QueueName>, Option<String>), EngineError> {
+        let target = self.queue(name).await?;
+        let target_arn = self.realm().queue_arn(&target.name);
+        let sources = self.inner.registry.matching(|queue| {
+            queue
+                .snapshot()
+                .attributes
+                .redrive_policy
+                .as_ref()
+                .is_some_and(|policy| policy.dead_letter_target_arn == target_arn)
+        });
+        Ok(paginate(sources, max_results, next_token)?)
     }
 
     fn ensure_same_attributes(
@@ -233,29 +294,11 @@ impl Engine {
         max_results: Option<i32>,
         next_token: Option<&str>,
     ) -> Result<(Vec<QueueName>, Option<String>), EngineError> {
-        if let Some(max) = max_results
-            && !(1..=MAX_LIST_QUEUES_RESULTS).contains(&max)
-        {
-            return Err(SqsError::invalid_parameter(
-                "MaxResults",
-                max,
-                &format!("MaxResults must be between 1 and {MAX_LIST_QUEUES_RESULTS}."),
-            )
-            .into());
-        }
-        let limit = max_results.unwrap_or(MAX_LIST_QUEUES_RESULTS) as usize;
-        let after = next_token.map(decode_next_token).transpose()?;
-        let mut names = self
+        let names = self
             .inner
             .registry
-            .names(prefix, after.as_deref(), limit + 1);
-        let more = names.len() > limit;
-        names.truncate(limit);
-        let token = match (max_results, more, names.last()) {
-            (Some(_), true, Some(last)) => Some(encode_next_token(last.as_str())),
-            _ => None,
-        };
-        Ok((names, token))
+            .matching(|queue| queue.name.as_str().starts_with(prefix));
+        Ok(paginate(names, max_results, next_token)?)
     }
 
     /// DeleteQueue: removes the queue and every message in it.
@@ -370,6 +413,7 @@ impl Engine {
         let current = queue.snapshot();
         let mut updated = current.attributes.clone();
         updated.apply(attributes)?;
+        self.validate_redrive(name, &updated).await?;
         let now = self.now();
         self.inner
             .store
@@ -498,6 +542,38 @@ fn validate_tags(tags: &BTreeMap<String, String>) -> Result<(), SqsError> {
         }
     }
     Ok(())
+}
+
+/// One page of `names` (in name order) after `next_token`; a next-page token
+/// only when `max_results` was given and more remain, as SQS does.
+fn paginate(
+    names: Vec<QueueName>,
+    max_results: Option<i32>,
+    next_token: Option<&str>,
+) -> Result<(Vec<QueueName>, Option<String>), SqsError> {
+    if let Some(max) = max_results
+        && !(1..=MAX_LIST_QUEUES_RESULTS).contains(&max)
+    {
+        return Err(SqsError::invalid_parameter(
+            "MaxResults",
+            max,
+            &format!("MaxResults must be between 1 and {MAX_LIST_QUEUES_RESULTS}."),
+        ));
+    }
+    let limit = max_results.map_or(MAX_LIST_QUEUES_RESULTS, |max| max) as usize;
+    let after = next_token.map(decode_next_token).transpose()?;
+    let mut page: Vec<QueueName> = names
+        .into_iter()
+        .filter(|name| after.as_deref().is_none_or(|after| name.as_str() > after))
+        .take(limit + 1)
+        .collect();
+    let more = page.len() > limit;
+    page.truncate(limit);
+    let token = match (max_results, more, page.last()) {
+        (Some(_), true, Some(last)) => Some(encode_next_token(last.as_str())),
+        _ => None,
+    };
+    Ok((page, token))
 }
 
 fn encode_next_token(last_name: &str) -> String {

@@ -131,17 +131,13 @@ impl Registry {
             .remove(name)
     }
 
-    /// Queues in name order, starting after `after`, whose names start with `prefix`.
-    pub(crate) fn names(&self, prefix: &str, after: Option<&str>, limit: usize) -> Vec<QueueName> {
+    /// Names of the queues `wanted` accepts, in name order.
+    pub(crate) fn matching(&self, wanted: impl Fn(&Queue) -> bool) -> Vec<QueueName> {
         let queues = self.queues.read().expect("registry lock poisoned");
         queues
-            .range::<str, _>((
-                after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded),
-                std::ops::Bound::Unbounded,
-            ))
-            .filter(|(name, _)| name.starts_with(prefix))
-            .take(limit)
-            .map(|(_, queue)| queue.name.clone())
+            .values()
+            .filter(|queue| wanted(queue))
+            .map(|queue| queue.name.clone())
             .collect()
     }
 

@@ -7,8 +7,10 @@
 //! lands between the look and the wait is not missed.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
+use ackbox_core::attributes::QueueAttributes;
 use ackbox_core::clock::Timestamp;
 use ackbox_core::digest::md5_of_attributes;
 use ackbox_core::error::{ErrorCode, SqsError};
@@ -22,8 +24,9 @@ use tokio::time::Instant;
 
 use crate::engine::Engine;
 use crate::error::EngineError;
+use crate::queue::Queue;
 use crate::send::TRACE_HEADER_ATTRIBUTE;
-use crate::store::{MessageReceiveParams, StoredMessage};
+use crate::store::{DeadLetterTarget, MessageReceiveParams, StoredMessage};
 
 /// Longest a waiting poller goes without looking again, in case a wake-up was
 /// lost (for example a message made visible by another node).
@@ -174,7 +177,17 @@ impl Engine {
             arrival.as_mut().enable();
 
             let now = self.now();
-            let retention_ms = queue.snapshot().attributes.message_retention_period * 1_000;
+            let snapshot = queue.snapshot();
+            let retention_ms = snapshot.attributes.message_retention_period * 1_000;
+            let dead_letter_queue = self.dead_letter_queue(&snapshot.attributes).await;
+            let dead_letter =
+                dead_letter_queue
+                    .as_ref()
+                    .map(|(dlq, max_receive_count)| DeadLetterTarget {
+                        queue_id: dlq.id,
+                        max_receive_count: i64::from(*max_receive_count),
+                        source_arn: self.realm().queue_arn(&queue.name),
+                    });
             let outcome = self
                 .inner
                 .store
@@ -184,8 +197,17 @@ impl Engine {
                     max_messages,
                     visible_at: now + visibility_ms,
                     expired_at_or_before: now - retention_ms,
+                    dead_letter,
                 })
                 .await?;
+            if outcome.dead_lettered > 0
+                && let Some((dlq, _)) = &dead_letter_queue
+            {
+                tracing::info!(queue = %queue.name, dead_letter_queue = %dlq.name, moved = outcome.dead_lettered, "moved messages past maxReceiveCount");
+                for _ in 0..outcome.dead_lettered {
+                    dlq.arrivals.notify_one();
+                }
+            }
             if !outcome.messages.is_empty() {
                 return Ok(outcome
                     .messages
@@ -208,6 +230,22 @@ impl Engine {
                 () = &mut arrival => {}
                 () = tokio::time::sleep(nap) => {}
                 () = self.inner.shutdown.cancelled() => return Ok(Vec::new()),
+            }
+        }
+    }
+
+    /// The live dead-letter queue of a queue with a redrive policy, and its
+    /// receive limit. A policy whose target is gone moves nothing.
+    async fn dead_letter_queue(&self, attributes: &QueueAttributes) -> Option<(Arc<Queue>, u32)> {
+        let policy = attributes.redrive_policy.as_ref()?;
+        let name = self
+            .realm()
+            .queue_name_from_arn(&policy.dead_letter_target_arn)?;
+        match self.queue(&name).await {
+            Ok(queue) => Some((queue, policy.max_receive_count)),
+            Err(_) => {
+                tracing::warn!(target = %policy.dead_letter_target_arn, "dead-letter queue is gone; messages stay in their queue");
+                None
             }
         }
     }
@@ -259,6 +297,11 @@ impl Engine {
             {
                 attributes.insert(name.to_owned(), value);
             }
+        }
+        if let Some(source_arn) = message.dead_letter_source_arn
+            && request.wants_system("DeadLetterQueueSourceArn")
+        {
+            attributes.insert("DeadLetterQueueSourceArn".to_owned(), source_arn);
         }
         if let Some(trace_header) = message.trace_header
             && request.wants_system(TRACE_HEADER_ATTRIBUTE)

@@ -207,8 +207,19 @@ pub struct MessageInsertParams {
     pub messages: Vec<NewMessage>,
 }
 
+/// Where a receive sends messages that have been received too often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetterTarget {
+    /// The dead-letter queue.
+    pub queue_id: i64,
+    /// A message already received this many times moves instead of being delivered.
+    pub max_receive_count: i64,
+    /// ARN of the source queue, recorded on the moved message.
+    pub source_arn: String,
+}
+
 /// Parameters of [`Store::message_receive`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct MessageReceiveParams {
     /// The queue.
     pub queue_id: i64,
@@ -220,6 +231,8 @@ pub struct MessageReceiveParams {
     pub visible_at: Timestamp,
     /// Messages sent at or before this instant have outlived retention and are dropped.
     pub expired_at_or_before: Timestamp,
+    /// The queue's dead-letter queue, if it has one.
+    pub dead_letter: Option<DeadLetterTarget>,
 }
 
 /// A message as stored, returned by a receive with its new lease.
@@ -249,6 +262,8 @@ pub struct StoredMessage {
     pub receive_count: i64,
     /// When it was first received.
     pub first_received_at: Option<Timestamp>,
+    /// In a dead-letter queue: the ARN of the queue it was moved from.
+    pub dead_letter_source_arn: Option<String>,
 }
 
 /// What [`Store::message_receive`] found.
@@ -258,6 +273,8 @@ pub struct ReceiveOutcome {
     pub messages: Vec<StoredMessage>,
     /// Messages dropped because retention had expired.
     pub expired: u64,
+    /// Messages moved to the dead-letter queue instead of being delivered.
+    pub dead_lettered: u64,
     /// When nothing was receivable: the next instant a message becomes visible.
     pub next_visible_at: Option<Timestamp>,
 }

@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ackbox_engine::store::{
-    ChangeVisibilityOutcome, DeleteOutcome, LeaseRef, MessageChangeVisibilityParams,
-    MessageDeleteParams, MessageExpireParams, MessageInsertParams, MessageReceiveParams,
-    NewMessage, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome,
-    QueuePurgeParams, QueueStats, QueueStatsParams, QueueUpdateParams, Store, VisibilityChange,
+    ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, LeaseRef,
+    MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams, MessageInsertParams,
+    MessageReceiveParams, NewMessage, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
+    QueuePurgeOutcome, QueuePurgeParams, QueueStats, QueueStatsParams, QueueUpdateParams, Store,
+    VisibilityChange,
 };
 
 /// A store under test and whatever keeps it alive (a temp dir, a schema).
@@ -75,6 +76,7 @@ fn receive_params(queue_id: i64, now: i64, max: u32, lease_ms: i64) -> MessageRe
         max_messages: max,
         visible_at: now + lease_ms,
         expired_at_or_before: now - 3_600_000,
+        dead_letter: None,
     }
 }
 
@@ -460,6 +462,130 @@ pub async fn visibility_changes_need_the_current_running_lease(fixture: Fixture)
     assert_eq!(gone, [ChangeVisibilityOutcome::NotAvailable]);
 }
 
+pub async fn receive_moves_messages_past_the_limit_to_the_dead_letter_queue(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let source = create(store, "source", T0).await;
+    let dlq = create(store, "dlq", T0).await;
+    let mut poison = message("poison", T0, T0);
+    poison.attributes.insert(
+        "kind".into(),
+        ackbox_core::message::MessageAttributeValue::string("x"),
+    );
+    let seqs = insert(store, source, vec![poison, message("fine", T0 + 1, T0)]).await;
+    let dead_letter = || {
+        Some(DeadLetterTarget {
+            queue_id: dlq,
+            max_receive_count: 1,
+            source_arn: "arn:source".into(),
+        })
+    };
+    let first = store
+        .message_receive(MessageReceiveParams {
+            dead_letter: dead_letter(),
+            ..receive_params(source, T0, 1, 1_000)
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        first.messages[0].body, "poison",
+        "the first receive is within the limit"
+    );
+    let second = store
+        .message_receive(MessageReceiveParams {
+            dead_letter: dead_letter(),
+            ..receive_params(source, T0 + 1_000, 10, 1_000)
+        })
+        .await
+        .unwrap();
+    let bodies: Vec<&str> = second
+        .messages
+        .iter()
+        .map(|message| message.body.as_str())
+        .collect();
+    assert_eq!(
+        bodies,
+        ["fine"],
+        "the poison message is not delivered again"
+    );
+    assert_eq!(second.dead_lettered, 1);
+    let in_source = stats(store, source, T0 + 1_000).await;
+    assert_eq!(
+        in_source.visible + in_source.in_flight + in_source.delayed,
+        1,
+        "it left the source"
+    );
+
+    let moved = store
+        .message_receive(receive_params(dlq, T0 + 1_000, 10, 1_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        moved.messages.len(),
+        1,
+        "it is in the dead-letter queue, once"
+    );
+    let moved = &moved.messages[0];
+    assert_eq!(
+        (moved.seq, moved.message_id.as_str(), moved.body.as_str()),
+        (seqs[0], "id-poison", "poison")
+    );
+    assert_eq!(moved.sent_at, T0, "the original SentTimestamp is kept");
+    assert_eq!(moved.attributes["kind"].string_value.as_deref(), Some("x"));
+    assert_eq!(moved.dead_letter_source_arn.as_deref(), Some("arn:source"));
+
+    let stale = store
+        .message_delete_batch(MessageDeleteParams {
+            queue_id: source,
+            now: T0 + 2_000,
+            leases: vec![LeaseRef {
+                seq: seqs[0],
+                lease: 1,
+            }],
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        stale,
+        [DeleteOutcome::AlreadyGone],
+        "a source handle cannot delete it in the dead-letter queue"
+    );
+}
+
+pub async fn a_missing_dead_letter_queue_moves_nothing(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let source = create(store, "source", T0).await;
+    let dlq = create(store, "dlq", T0).await;
+    store
+        .queue_delete(QueueDeleteParams {
+            queue_id: dlq,
+            now: T0,
+        })
+        .await
+        .unwrap();
+    insert(store, source, vec![message("poison", T0, T0)]).await;
+    let target = DeadLetterTarget {
+        queue_id: dlq,
+        max_receive_count: 1,
+        source_arn: "arn:source".into(),
+    };
+    for round in 0..3 {
+        let now = T0 + round * 1_000;
+        let outcome = store
+            .message_receive(MessageReceiveParams {
+                dead_letter: Some(target.clone()),
+                ..receive_params(source, now, 1, 1_000)
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome.messages.len(),
+            1,
+            "round {round}: never dropped, still delivered"
+        );
+        assert_eq!(outcome.dead_lettered, 0);
+    }
+}
+
 pub async fn writes_to_a_deleted_queue_fail_cleanly(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let id = create(store, "q", T0).await;
@@ -580,6 +706,8 @@ macro_rules! store_conformance {
             visibility_changes_need_the_current_running_lease,
             purge_empties_once_per_cooldown,
             writes_to_a_deleted_queue_fail_cleanly,
+            receive_moves_messages_past_the_limit_to_the_dead_letter_queue,
+            a_missing_dead_letter_queue_moves_nothing,
             stats_split_visible_in_flight_and_delayed,
         );
     };

@@ -23,6 +23,7 @@ pub mod delete_message_batch;
 pub mod delete_queue;
 pub mod get_queue_attributes;
 pub mod get_queue_url;
+pub mod list_dead_letter_source_queues;
 pub mod list_queue_tags;
 pub mod list_queues;
 pub mod purge_queue;
@@ -112,6 +113,7 @@ actions! {
     TagQueue => tag_queue,
     UntagQueue => untag_queue,
     ListQueueTags => list_queue_tags,
+    ListDeadLetterSourceQueues => list_dead_letter_source_queues,
     SendMessage => send_message,
     SendMessageBatch => send_message_batch,
     ReceiveMessage => receive_message,

@@ -9,11 +9,18 @@ use rusqlite::Connection;
 use crate::store::StoreError;
 
 /// Every migration, in order: (version, name, SQL).
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../../../migrations/sqlite/0001_init.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "init",
+        include_str!("../../../migrations/sqlite/0001_init.sql"),
+    ),
+    (
+        2,
+        "dead_letter",
+        include_str!("../../../migrations/sqlite/0002_dead_letter.sql"),
+    ),
+];
 
 fn database_error(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {
     move |source| StoreError::Database { operation, source }

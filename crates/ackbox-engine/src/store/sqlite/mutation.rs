@@ -215,15 +215,18 @@ pub(crate) fn queue_purge(
 /// Fails with `QueueNotFound` when the queue was deleted after the engine
 /// looked it up, so no write lands in a queue that no longer exists.
 fn ensure_queue_exists(connection: &Connection, queue_id: i64) -> Result<(), StoreError> {
-    let exists = connection
-        .prepare_cached("SELECT 1 FROM queues WHERE id = ?1")
-        .and_then(|mut select| select.exists([queue_id]))
-        .map_err(database_error("queue exists"))?;
-    if exists {
+    if queue_exists(connection, queue_id)? {
         Ok(())
     } else {
         Err(StoreError::QueueNotFound { queue_id })
     }
+}
+
+fn queue_exists(connection: &Connection, queue_id: i64) -> Result<bool, StoreError> {
+    connection
+        .prepare_cached("SELECT 1 FROM queues WHERE id = ?1")
+        .and_then(|mut select| select.exists([queue_id]))
+        .map_err(database_error("queue exists"))
 }
 
 pub(crate) fn message_insert_batch(
@@ -282,6 +285,7 @@ fn message_row(row: &Row<'_>) -> rusqlite::Result<MessageRow> {
             sent_at: row.get(9)?,
             receive_count: row.get(10)?,
             first_received_at: row.get(11)?,
+            dead_letter_source_arn: row.get(12)?,
         },
     })
 }
@@ -293,7 +297,8 @@ pub(crate) fn message_receive(
     let mut select = connection
         .prepare_cached(
             "SELECT seq, message_id, body, attributes, md5_of_body, md5_of_attributes,
-                    trace_header, group_id, sender_id, sent_at, receive_count, first_received_at
+                    trace_header, group_id, sender_id, sent_at, receive_count, first_received_at,
+                    dead_letter_source_arn
              FROM messages
              WHERE queue_id = ?1 AND visible_at <= ?2
              ORDER BY visible_at, receive_count, seq
@@ -311,6 +316,21 @@ pub(crate) fn message_receive(
     let mut expire = connection
         .prepare_cached("DELETE FROM messages WHERE seq = ?1")
         .map_err(database_error("message_receive: prepare expire"))?;
+    // The move to the dead-letter queue is one UPDATE of the row's queue: the
+    // message is in exactly one queue at every instant, keeping its id, body,
+    // attributes and original SentTimestamp.
+    let mut dead_letter = connection
+        .prepare_cached(
+            "UPDATE messages SET queue_id = ?2, visible_at = ?3, dead_letter_source_arn = ?4
+             WHERE seq = ?1",
+        )
+        .map_err(database_error("message_receive: prepare dead-letter"))?;
+    // A dead-letter queue deleted meanwhile moves nothing: the message stays
+    // where it is and keeps being delivered, never dropped.
+    let dead_letter_target = match &params.dead_letter {
+        Some(target) if queue_exists(connection, target.queue_id)? => Some(target),
+        _ => None,
+    };
 
     let mut outcome = ReceiveOutcome::default();
     let wanted = params.max_messages as usize;
@@ -351,6 +371,20 @@ pub(crate) fn message_receive(
                     .execute([message.seq])
                     .map_err(database_error("message_receive: expire"))?;
                 outcome.expired += 1;
+                continue;
+            }
+            if let Some(target) = dead_letter_target
+                .filter(|target| message.receive_count >= target.max_receive_count)
+            {
+                dead_letter
+                    .execute(params![
+                        message.seq,
+                        target.queue_id,
+                        params.now,
+                        target.source_arn
+                    ])
+                    .map_err(database_error("message_receive: dead-letter"))?;
+                outcome.dead_lettered += 1;
                 continue;
             }
             lease
