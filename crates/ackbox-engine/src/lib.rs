@@ -10,6 +10,7 @@
 //! - [`send`]: SendMessage and SendMessageBatch.
 //! - [`receive`]: ReceiveMessage and long polling.
 //! - `lease`: DeleteMessage and ChangeMessageVisibility.
+//! - [`nack`]: NackMessage, the failure-reporting extension.
 //! - `reaper`: the retention sweeper.
 //! - [`secret`]: the installation secret behind receipt handles.
 //! - [`queue`]: the cached queue registry and per-queue notifiers.
@@ -41,6 +42,7 @@
 pub mod engine;
 pub mod error;
 mod lease;
+pub mod nack;
 pub mod queue;
 mod reaper;
 pub mod receive;

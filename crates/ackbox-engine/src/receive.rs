@@ -26,14 +26,21 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::queue::Queue;
 use crate::send::TRACE_HEADER_ATTRIBUTE;
-use crate::store::{DeadLetterTarget, MessageReceiveParams, StoredMessage};
+use crate::store::{DeadLetterTarget, MessagePeekParams, MessageReceiveParams, StoredMessage};
 
 /// Longest a waiting poller goes without looking again, in case a wake-up was
 /// lost (for example a message made visible by another node).
 const FALLBACK_RECHECK: Duration = Duration::from_secs(1);
 
+/// ackbox's failure metadata, as system attributes (recorded by NackMessage).
+const FAILURE_CLASS: &str = "AckBoxFailureClass";
+const FAILURE_MESSAGE: &str = "AckBoxFailureMessage";
+const FAILURE_COUNT: &str = "AckBoxFailureCount";
+const FIRST_FAILURE_TIMESTAMP: &str = "AckBoxFirstFailureTimestamp";
+const LAST_FAILURE_TIMESTAMP: &str = "AckBoxLastFailureTimestamp";
+
 /// System attributes a receive may ask for.
-const SYSTEM_ATTRIBUTE_NAMES: [&str; 10] = [
+const SYSTEM_ATTRIBUTE_NAMES: [&str; 15] = [
     "All",
     "SenderId",
     "SentTimestamp",
@@ -44,6 +51,11 @@ const SYSTEM_ATTRIBUTE_NAMES: [&str; 10] = [
     "MessageGroupId",
     "AWSTraceHeader",
     "DeadLetterQueueSourceArn",
+    FAILURE_CLASS,
+    FAILURE_MESSAGE,
+    FAILURE_COUNT,
+    FIRST_FAILURE_TIMESTAMP,
+    LAST_FAILURE_TIMESTAMP,
 ];
 
 /// A ReceiveMessage request, protocol-neutral.
@@ -59,6 +71,82 @@ pub struct ReceiveRequest {
     pub system_attribute_names: Vec<String>,
     /// Message attributes to return: names, `prefix.*`, `All` or `.*`.
     pub message_attribute_names: Vec<String>,
+}
+
+/// Most messages one PeekMessages call returns.
+pub const MAX_PEEK_MESSAGES: i32 = 100;
+
+/// A message as a consumer or operator sees it: body, digests and the
+/// attributes asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageView {
+    /// The message id.
+    pub message_id: String,
+    /// The body.
+    pub body: String,
+    /// `MD5OfBody`.
+    pub md5_of_body: String,
+    /// The requested message attributes.
+    pub message_attributes: MessageAttributes,
+    /// `MD5OfMessageAttributes` of the returned attributes.
+    pub md5_of_message_attributes: Option<String>,
+    /// The requested system attributes.
+    pub attributes: BTreeMap<String, String>,
+}
+
+impl MessageView {
+    fn new(message: StoredMessage, request: &ReceiveRequest) -> Self {
+        let all_attributes_returned = message
+            .attributes
+            .keys()
+            .all(|name| request.wants_message_attribute(name));
+        let message_attributes: MessageAttributes = message
+            .attributes
+            .into_iter()
+            .filter(|(name, _)| request.wants_message_attribute(name))
+            .collect();
+        let md5_of_message_attributes = if all_attributes_returned {
+            message.md5_of_attributes
+        } else {
+            md5_of_attributes(&message_attributes)
+        };
+        let timestamp = |at: Timestamp| at.to_string();
+        let failures = message.failures;
+        let failed = failures.count > 0;
+        let system: [(&str, Option<String>); 12] = [
+            ("SenderId", Some(message.sender_id)),
+            ("SentTimestamp", Some(timestamp(message.sent_at))),
+            (
+                "ApproximateReceiveCount",
+                Some(message.receive_count.to_string()),
+            ),
+            (
+                "ApproximateFirstReceiveTimestamp",
+                message.first_received_at.map(timestamp),
+            ),
+            ("MessageGroupId", message.group_id),
+            ("DeadLetterQueueSourceArn", message.dead_letter_source_arn),
+            (TRACE_HEADER_ATTRIBUTE, message.trace_header),
+            (FAILURE_COUNT, failed.then(|| failures.count.to_string())),
+            (FAILURE_CLASS, failures.last_class),
+            (FAILURE_MESSAGE, failures.last_message),
+            (FIRST_FAILURE_TIMESTAMP, failures.first_at.map(timestamp)),
+            (LAST_FAILURE_TIMESTAMP, failures.last_at.map(timestamp)),
+        ];
+        let attributes = system
+            .into_iter()
+            .filter(|(name, _)| request.wants_system(name))
+            .filter_map(|(name, value)| value.map(|value| (name.to_owned(), value)))
+            .collect();
+        Self {
+            message_id: message.message_id,
+            body: message.body,
+            md5_of_body: message.md5_of_body,
+            message_attributes,
+            md5_of_message_attributes,
+            attributes,
+        }
+    }
 }
 
 /// One received message.
@@ -236,7 +324,10 @@ impl Engine {
 
     /// The live dead-letter queue of a queue with a redrive policy, and its
     /// receive limit. A policy whose target is gone moves nothing.
-    async fn dead_letter_queue(&self, attributes: &QueueAttributes) -> Option<(Arc<Queue>, u32)> {
+    pub(crate) async fn dead_letter_queue(
+        &self,
+        attributes: &QueueAttributes,
+    ) -> Option<(Arc<Queue>, u32)> {
         let policy = attributes.redrive_policy.as_ref()?;
         let name = self
             .realm()
@@ -262,62 +353,54 @@ impl Engine {
             seq: message.seq,
             lease: message.receive_count,
         });
-        let all_attributes_returned = message
-            .attributes
-            .keys()
-            .all(|name| request.wants_message_attribute(name));
-        let message_attributes: MessageAttributes = message
-            .attributes
-            .into_iter()
-            .filter(|(name, _)| request.wants_message_attribute(name))
-            .collect();
-        let md5_of_message_attributes = if all_attributes_returned {
-            message.md5_of_attributes
-        } else {
-            md5_of_attributes(&message_attributes)
-        };
-        let mut attributes = BTreeMap::new();
-        let timestamp = |at: Timestamp| at.to_string();
-        let system: [(&str, Option<String>); 5] = [
-            ("SenderId", Some(message.sender_id)),
-            ("SentTimestamp", Some(timestamp(message.sent_at))),
-            (
-                "ApproximateReceiveCount",
-                Some(message.receive_count.to_string()),
-            ),
-            (
-                "ApproximateFirstReceiveTimestamp",
-                message.first_received_at.map(timestamp),
-            ),
-            ("MessageGroupId", message.group_id),
-        ];
-        for (name, value) in system {
-            if let Some(value) = value
-                && request.wants_system(name)
-            {
-                attributes.insert(name.to_owned(), value);
-            }
-        }
-        if let Some(source_arn) = message.dead_letter_source_arn
-            && request.wants_system("DeadLetterQueueSourceArn")
-        {
-            attributes.insert("DeadLetterQueueSourceArn".to_owned(), source_arn);
-        }
-        if let Some(trace_header) = message.trace_header
-            && request.wants_system(TRACE_HEADER_ATTRIBUTE)
-        {
-            attributes.insert(TRACE_HEADER_ATTRIBUTE.to_owned(), trace_header);
-        }
         tracing::trace!(queue = %queue_name, message_id = %message.message_id, receive_count = message.receive_count, "leased");
+        let view = MessageView::new(message, request);
         ReceivedMessage {
-            message_id: message.message_id,
+            message_id: view.message_id,
             receipt_handle,
-            body: message.body,
-            md5_of_body: message.md5_of_body,
-            message_attributes,
-            md5_of_message_attributes,
-            attributes,
+            body: view.body,
+            md5_of_body: view.md5_of_body,
+            message_attributes: view.message_attributes,
+            md5_of_message_attributes: view.md5_of_message_attributes,
+            attributes: view.attributes,
         }
+    }
+
+    /// PeekMessages (ackbox extension): up to `max` messages of a queue,
+    /// oldest first, whatever their state, without leasing them. Meant for
+    /// operators looking into a dead-letter queue.
+    pub async fn peek_messages(
+        &self,
+        queue_name: &QueueName,
+        max: Option<i32>,
+        request: &ReceiveRequest,
+    ) -> Result<Vec<MessageView>, EngineError> {
+        request.validate()?;
+        let limit = match max {
+            None => 10,
+            Some(max) if (1..=MAX_PEEK_MESSAGES).contains(&max) => max.unsigned_abs(),
+            Some(max) => {
+                return Err(SqsError::invalid_parameter(
+                    "MaxNumberOfMessages",
+                    max,
+                    &format!("Must be between 1 and {MAX_PEEK_MESSAGES}, if provided."),
+                )
+                .into());
+            }
+        };
+        let queue = self.queue(queue_name).await?;
+        let messages = self
+            .inner
+            .store
+            .message_peek(MessagePeekParams {
+                queue_id: queue.id,
+                limit,
+            })
+            .await?;
+        Ok(messages
+            .into_iter()
+            .map(|message| MessageView::new(message, request))
+            .collect())
     }
 }
 

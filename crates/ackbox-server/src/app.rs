@@ -48,9 +48,8 @@ async fn healthz() -> &'static str {
 async fn api(State(state): State<AppState>, request: Request) -> Response {
     let request_id = uuid::Uuid::new_v4().to_string();
     let (parts, body) = request.into_parts();
-    let action_name = json::target_action(&parts.headers)
-        .unwrap_or("unknown")
-        .to_owned();
+    let action = json::target(&parts.headers).and_then(str::parse::<Action>);
+    let action_name = action.as_ref().map_or("unknown", |action| action.name());
     let span = tracing::debug_span!("request", %request_id, action = %action_name);
     let mut response = async {
         // Query-protocol clients also use GET with the action in the query
@@ -70,7 +69,7 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
             engine: state.engine.clone(),
         };
         let started = std::time::Instant::now();
-        let result = match json::target_action(&parts.headers).and_then(str::parse::<Action>) {
+        let result = match action {
             Ok(action) => action.run_json(&context, &body).await,
             Err(error) => Err(ApiError::Sqs(error)),
         };

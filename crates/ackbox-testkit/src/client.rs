@@ -20,3 +20,50 @@ pub fn sqs_client(endpoint: &str) -> Client {
         .build();
     Client::from_conf(config)
 }
+
+/// Calls an action the AWS SDK does not know (ackbox's `AckBox.*`
+/// extensions) with a raw AWS JSON 1.0 request; returns the status and body.
+///
+/// # Panics
+/// When the endpoint cannot be reached or answers with something that is
+/// not HTTP with a JSON body: a test cannot go on then.
+pub async fn call_json(
+    endpoint: &str,
+    target: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let authority = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .expect("the broker accepts connections");
+    let payload = body.to_string();
+    let request = format!(
+        "POST / HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/x-amz-json-1.0\r\n\
+         X-Amz-Target: {target}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        payload.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("the request is sent");
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .await
+        .expect("the response is read");
+    let text = String::from_utf8(response).expect("a UTF-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("an HTTP status line");
+    let json = if body.is_empty() {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_str(body).expect("a JSON body")
+    };
+    (status, json)
+}

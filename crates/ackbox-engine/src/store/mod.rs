@@ -264,6 +264,73 @@ pub struct StoredMessage {
     pub first_received_at: Option<Timestamp>,
     /// In a dead-letter queue: the ARN of the queue it was moved from.
     pub dead_letter_source_arn: Option<String>,
+    /// Failures consumers reported with NackMessage.
+    pub failures: FailureRecord,
+}
+
+/// What consumers reported about a message's failures.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FailureRecord {
+    /// How many failures were reported.
+    pub count: i64,
+    /// When the first was reported.
+    pub first_at: Option<Timestamp>,
+    /// When the last was reported.
+    pub last_at: Option<Timestamp>,
+    /// The last failure's class (an error type name, say).
+    pub last_class: Option<String>,
+    /// The last failure's message.
+    pub last_message: Option<String>,
+}
+
+/// A failure reported by a consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureReport {
+    /// The failure's class.
+    pub class: String,
+    /// What went wrong.
+    pub message: String,
+}
+
+/// Parameters of [`Store::message_nack`].
+#[derive(Debug, Clone)]
+pub struct MessageNackParams {
+    /// The queue.
+    pub queue_id: i64,
+    /// The current time: only a running lease may be nacked.
+    pub now: Timestamp,
+    /// The lease being given up.
+    pub lease: LeaseRef,
+    /// When the message becomes visible again, if it stays.
+    pub visible_at: Timestamp,
+    /// The reason, if the consumer gave one.
+    pub failure: Option<FailureReport>,
+    /// Move to the dead-letter queue now, whatever the receive count.
+    pub permanent: bool,
+    /// The queue's dead-letter queue, if it has one.
+    pub dead_letter: Option<DeadLetterTarget>,
+}
+
+/// What [`Store::message_nack`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NackOutcome {
+    /// The message stays and becomes visible at the requested time.
+    Retried,
+    /// The message moved to the dead-letter queue.
+    DeadLettered,
+    /// The message is gone, or was received again under a newer lease.
+    NotAvailable,
+    /// The lease had already ended.
+    NotInFlight,
+}
+
+/// Parameters of [`Store::message_peek`].
+#[derive(Debug, Clone, Copy)]
+pub struct MessagePeekParams {
+    /// The queue.
+    pub queue_id: i64,
+    /// Most messages to return, oldest first.
+    pub limit: u32,
 }
 
 /// What [`Store::message_receive`] found.
@@ -394,6 +461,13 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         &self,
         params: MessageChangeVisibilityParams,
     ) -> Result<Vec<ChangeVisibilityOutcome>, StoreError>;
+    /// Gives up a lease with a failure: retry later, or dead-letter now.
+    async fn message_nack(&self, params: MessageNackParams) -> Result<NackOutcome, StoreError>;
+    /// Reads messages without leasing them, oldest first.
+    async fn message_peek(
+        &self,
+        params: MessagePeekParams,
+    ) -> Result<Vec<StoredMessage>, StoreError>;
     /// Drops messages that outlived retention; returns how many.
     async fn message_expire(&self, params: MessageExpireParams) -> Result<u64, StoreError>;
     /// Flushes pending writes and stops background work. Idempotent.

@@ -26,6 +26,8 @@ pub mod get_queue_url;
 pub mod list_dead_letter_source_queues;
 pub mod list_queue_tags;
 pub mod list_queues;
+pub mod nack_message;
+pub mod peek_messages;
 pub mod purge_queue;
 pub mod receive_message;
 pub mod send_message;
@@ -58,18 +60,19 @@ impl RequestContext {
 }
 
 macro_rules! actions {
-    ($($variant:ident => $module:ident),* $(,)?) => {
-        /// Every SQS action this server answers.
+    ($($namespace:literal $variant:ident => $module:ident),* $(,)?) => {
+        /// Every action this server answers: SQS's own, and ackbox's
+        /// extensions under their own `X-Amz-Target` namespace.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
         pub enum Action {
             $(
-                #[doc = concat!("`", stringify!($variant), "`")]
+                #[doc = concat!("`", $namespace, ".", stringify!($variant), "`")]
                 $variant,
             )*
         }
 
         impl Action {
-            /// The action's AWS name.
+            /// The action's name, without its namespace.
             pub fn name(self) -> &'static str {
                 match self {
                     $(Self::$variant => stringify!($variant),)*
@@ -87,15 +90,19 @@ macro_rules! actions {
             }
         }
 
+        /// Parses a whole `X-Amz-Target` value, e.g. `AmazonSQS.SendMessage`.
         impl FromStr for Action {
             type Err = SqsError;
 
-            fn from_str(name: &str) -> Result<Self, Self::Err> {
-                match name {
-                    $(stringify!($variant) => Ok(Self::$variant),)*
+            fn from_str(target: &str) -> Result<Self, Self::Err> {
+                match target {
+                    $(concat!($namespace, ".", stringify!($variant)) => Ok(Self::$variant),)*
                     other => Err(SqsError::new(
                         ErrorCode::UnknownOperation,
-                        format!("The action {other} is not valid for this endpoint."),
+                        format!(
+                            "X-Amz-Target {other:?} names no action of this endpoint; \
+                             expected AmazonSQS.<Action> or AckBox.<Extension>."
+                        ),
                     )),
                 }
             }
@@ -104,22 +111,24 @@ macro_rules! actions {
 }
 
 actions! {
-    CreateQueue => create_queue,
-    GetQueueUrl => get_queue_url,
-    ListQueues => list_queues,
-    DeleteQueue => delete_queue,
-    GetQueueAttributes => get_queue_attributes,
-    SetQueueAttributes => set_queue_attributes,
-    TagQueue => tag_queue,
-    UntagQueue => untag_queue,
-    ListQueueTags => list_queue_tags,
-    ListDeadLetterSourceQueues => list_dead_letter_source_queues,
-    SendMessage => send_message,
-    SendMessageBatch => send_message_batch,
-    ReceiveMessage => receive_message,
-    DeleteMessage => delete_message,
-    DeleteMessageBatch => delete_message_batch,
-    ChangeMessageVisibility => change_message_visibility,
-    ChangeMessageVisibilityBatch => change_message_visibility_batch,
-    PurgeQueue => purge_queue,
+    "AmazonSQS" CreateQueue => create_queue,
+    "AmazonSQS" GetQueueUrl => get_queue_url,
+    "AmazonSQS" ListQueues => list_queues,
+    "AmazonSQS" DeleteQueue => delete_queue,
+    "AmazonSQS" GetQueueAttributes => get_queue_attributes,
+    "AmazonSQS" SetQueueAttributes => set_queue_attributes,
+    "AmazonSQS" TagQueue => tag_queue,
+    "AmazonSQS" UntagQueue => untag_queue,
+    "AmazonSQS" ListQueueTags => list_queue_tags,
+    "AmazonSQS" ListDeadLetterSourceQueues => list_dead_letter_source_queues,
+    "AmazonSQS" SendMessage => send_message,
+    "AmazonSQS" SendMessageBatch => send_message_batch,
+    "AmazonSQS" ReceiveMessage => receive_message,
+    "AmazonSQS" DeleteMessage => delete_message,
+    "AmazonSQS" DeleteMessageBatch => delete_message_batch,
+    "AmazonSQS" ChangeMessageVisibility => change_message_visibility,
+    "AmazonSQS" ChangeMessageVisibilityBatch => change_message_visibility_batch,
+    "AmazonSQS" PurgeQueue => purge_queue,
+    "AckBox" NackMessage => nack_message,
+    "AckBox" PeekMessages => peek_messages,
 }

@@ -17,8 +17,6 @@ use crate::error::ApiError;
 
 /// The content type of JSON 1.0 requests and responses.
 pub const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
-/// The target prefix of SQS actions.
-pub const TARGET_PREFIX: &str = "AmazonSQS.";
 /// The header naming the action.
 pub const TARGET_HEADER: &str = "x-amz-target";
 
@@ -31,9 +29,9 @@ pub fn is_json_request(headers: &HeaderMap) -> bool {
     content_type_is_json || headers.contains_key(TARGET_HEADER)
 }
 
-/// The action named by `X-Amz-Target`.
-pub fn target_action(headers: &HeaderMap) -> Result<&str, SqsError> {
-    let target = headers
+/// The `X-Amz-Target` value, which names the action with its namespace.
+pub fn target(headers: &HeaderMap) -> Result<&str, SqsError> {
+    headers
         .get(TARGET_HEADER)
         .and_then(|value| value.to_str().ok())
         .ok_or_else(|| {
@@ -41,13 +39,7 @@ pub fn target_action(headers: &HeaderMap) -> Result<&str, SqsError> {
                 ErrorCode::UnknownOperation,
                 "The request must carry an X-Amz-Target header naming the action.",
             )
-        })?;
-    target.strip_prefix(TARGET_PREFIX).ok_or_else(|| {
-        SqsError::new(
-            ErrorCode::UnknownOperation,
-            format!("X-Amz-Target {target:?} is not an SQS action; expected \"{TARGET_PREFIX}<Action>\"."),
-        )
-    })
+        })
 }
 
 /// Decodes a request body, naming the field at fault.

@@ -12,9 +12,10 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::store::{
     ChangeVisibilityOutcome, DeleteOutcome, MessageChangeVisibilityParams, MessageDeleteParams,
-    MessageExpireParams, MessageInsertParams, MessageReceiveParams, QueueCreateOutcome,
-    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
-    QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome, Store, StoreError,
+    MessageExpireParams, MessageInsertParams, MessageNackParams, MessagePeekParams,
+    MessageReceiveParams, NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
+    QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueStats, QueueStatsParams,
+    QueueUpdateParams, ReceiveOutcome, Store, StoreError, StoredMessage,
 };
 
 mod checkpoint;
@@ -274,6 +275,25 @@ impl Store for SqliteStore {
             .submit(Commit::Lazy, move |connection| {
                 mutation::message_change_visibility_batch(connection, &params)
             })
+            .await
+    }
+
+    async fn message_nack(&self, params: MessageNackParams) -> Result<NackOutcome, StoreError> {
+        // Durable: a recorded failure reason is what an operator reads in
+        // the dead-letter queue, and a move to it must not be undone.
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                mutation::message_nack(connection, &params)
+            })
+            .await
+    }
+
+    async fn message_peek(
+        &self,
+        params: MessagePeekParams,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        self.read(move |connection| mutation::message_peek(connection, &params))
             .await
     }
 

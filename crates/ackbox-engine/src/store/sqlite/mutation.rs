@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::store::{
-    ChangeVisibilityOutcome, DeleteOutcome, MessageChangeVisibilityParams, MessageDeleteParams,
-    MessageExpireParams, MessageInsertParams, MessageReceiveParams, QueueCreateOutcome,
-    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
-    QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage,
+    ChangeVisibilityOutcome, DeleteOutcome, FailureRecord, MessageChangeVisibilityParams,
+    MessageDeleteParams, MessageExpireParams, MessageInsertParams, MessageNackParams,
+    MessagePeekParams, MessageReceiveParams, NackOutcome, QueueCreateOutcome, QueueCreateParams,
+    QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueUpdateParams,
+    ReceiveOutcome, StoreError, StoredMessage,
 };
 
 /// Most expired messages one receive drops; the retention sweeper does the rest.
@@ -264,12 +265,18 @@ pub(crate) fn message_insert_batch(
     Ok(seqs)
 }
 
-struct MessageRow {
+/// Columns [`message_row`] decodes, in its order.
+const MESSAGE_COLUMNS: &str = "seq, message_id, body, attributes, md5_of_body, md5_of_attributes,
+     trace_header, group_id, sender_id, sent_at, receive_count, first_received_at,
+     dead_letter_source_arn, failure_count, first_failure_at, last_failure_at,
+     last_failure_class, last_failure_message";
+
+pub(crate) struct MessageRow {
     message: StoredMessage,
     attributes_json: Option<String>,
 }
 
-fn message_row(row: &Row<'_>) -> rusqlite::Result<MessageRow> {
+pub(crate) fn message_row(row: &Row<'_>) -> rusqlite::Result<MessageRow> {
     Ok(MessageRow {
         attributes_json: row.get(3)?,
         message: StoredMessage {
@@ -286,6 +293,13 @@ fn message_row(row: &Row<'_>) -> rusqlite::Result<MessageRow> {
             receive_count: row.get(10)?,
             first_received_at: row.get(11)?,
             dead_letter_source_arn: row.get(12)?,
+            failures: FailureRecord {
+                count: row.get(13)?,
+                first_at: row.get(14)?,
+                last_at: row.get(15)?,
+                last_class: row.get(16)?,
+                last_message: row.get(17)?,
+            },
         },
     })
 }
@@ -295,15 +309,13 @@ pub(crate) fn message_receive(
     params: &MessageReceiveParams,
 ) -> Result<ReceiveOutcome, StoreError> {
     let mut select = connection
-        .prepare_cached(
-            "SELECT seq, message_id, body, attributes, md5_of_body, md5_of_attributes,
-                    trace_header, group_id, sender_id, sent_at, receive_count, first_received_at,
-                    dead_letter_source_arn
+        .prepare_cached(&format!(
+            "SELECT {MESSAGE_COLUMNS}
              FROM messages
              WHERE queue_id = ?1 AND visible_at <= ?2
              ORDER BY visible_at, receive_count, seq
-             LIMIT ?3",
-        )
+             LIMIT ?3"
+        ))
         .map_err(database_error("message_receive: prepare select"))?;
     let mut lease = connection
         .prepare_cached(
@@ -493,6 +505,106 @@ pub(crate) fn message_change_visibility_batch(
                 None => ChangeVisibilityOutcome::NotAvailable,
             })
         })
+        .collect()
+}
+
+pub(crate) fn message_nack(
+    connection: &Connection,
+    params: &MessageNackParams,
+) -> Result<NackOutcome, StoreError> {
+    let current: Option<(i64, i64)> = connection
+        .prepare_cached(
+            "SELECT receive_count, visible_at FROM messages WHERE seq = ?1 AND queue_id = ?2",
+        )
+        .and_then(|mut select| {
+            select
+                .query_row(params![params.lease.seq, params.queue_id], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .optional()
+        })
+        .map_err(database_error("message_nack: lookup"))?;
+    let receive_count = match current {
+        None => return Ok(NackOutcome::NotAvailable),
+        Some((receive_count, _)) if receive_count != params.lease.lease => {
+            return Ok(NackOutcome::NotAvailable);
+        }
+        Some((_, visible_at)) if visible_at <= params.now => return Ok(NackOutcome::NotInFlight),
+        Some((receive_count, _)) => receive_count,
+    };
+    if let Some(failure) = &params.failure {
+        connection
+            .prepare_cached(
+                "UPDATE messages
+                 SET failure_count = failure_count + 1,
+                     first_failure_at = COALESCE(first_failure_at, ?2),
+                     last_failure_at = ?2, last_failure_class = ?3, last_failure_message = ?4
+                 WHERE seq = ?1",
+            )
+            .and_then(|mut update| {
+                update.execute(params![
+                    params.lease.seq,
+                    params.now,
+                    failure.class,
+                    failure.message
+                ])
+            })
+            .map_err(database_error("message_nack: record failure"))?;
+    }
+    let dead_letter = match &params.dead_letter {
+        Some(target) if queue_exists(connection, target.queue_id)? => Some(target),
+        _ => None,
+    };
+    // The lease that would come next would exceed the receive limit, so the
+    // message moves now rather than waiting to be received once more.
+    let exhausted = dead_letter.is_some_and(|target| receive_count >= target.max_receive_count);
+    match dead_letter {
+        Some(target) if params.permanent || exhausted => {
+            connection
+                .prepare_cached(
+                    "UPDATE messages SET queue_id = ?2, visible_at = ?3, dead_letter_source_arn = ?4
+                     WHERE seq = ?1",
+                )
+                .and_then(|mut update| update.execute(params![params.lease.seq, target.queue_id, params.now, target.source_arn]))
+                .map_err(database_error("message_nack: dead-letter"))?;
+            Ok(NackOutcome::DeadLettered)
+        }
+        _ => {
+            connection
+                .prepare_cached("UPDATE messages SET visible_at = ?2 WHERE seq = ?1")
+                .and_then(|mut update| update.execute(params![params.lease.seq, params.visible_at]))
+                .map_err(database_error("message_nack: retry"))?;
+            Ok(NackOutcome::Retried)
+        }
+    }
+}
+
+pub(crate) fn message_peek(
+    connection: &Connection,
+    params: &MessagePeekParams,
+) -> Result<Vec<StoredMessage>, StoreError> {
+    let rows = connection
+        .prepare_cached(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE queue_id = ?1 ORDER BY seq LIMIT ?2"
+        ))
+        .and_then(|mut select| {
+            select
+                .query_map(params![params.queue_id, params.limit], message_row)?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(database_error("message_peek"))?;
+    rows.into_iter()
+        .map(
+            |MessageRow {
+                 mut message,
+                 attributes_json,
+             }| {
+                if let Some(json) = attributes_json {
+                    message.attributes = from_json(&json, "message attributes")?;
+                }
+                Ok(message)
+            },
+        )
         .collect()
 }
 
