@@ -51,6 +51,8 @@ pub enum ErrorCode {
     UnknownOperation,
     /// The request body is not valid JSON of the expected shape.
     SerializationException,
+    /// A resource named by ARN or handle (move tasks) does not exist.
+    ResourceNotFoundException,
     /// The server failed; details are in its log.
     InternalError,
     /// The server is overloaded or shutting down; retry later.
@@ -81,6 +83,7 @@ impl ErrorCode {
             Self::InvalidMessageContents => "InvalidMessageContents",
             Self::UnknownOperation => "UnknownOperationException",
             Self::SerializationException => "SerializationException",
+            Self::ResourceNotFoundException => "ResourceNotFoundException",
             Self::InternalError => "InternalError",
             Self::ServiceUnavailable => "ServiceUnavailable",
         }
@@ -120,6 +123,7 @@ impl ErrorCode {
             Self::InvalidMessageContents => "InvalidMessageContents",
             Self::UnknownOperation => "InvalidAction",
             Self::SerializationException => "MalformedInput",
+            Self::ResourceNotFoundException => "ResourceNotFoundException",
             Self::InternalError => "InternalError",
             Self::ServiceUnavailable => "ServiceUnavailable",
         }
@@ -129,6 +133,7 @@ impl ErrorCode {
     pub fn http_status(self) -> u16 {
         match self {
             Self::PurgeQueueInProgress | Self::OverLimit => 403,
+            Self::ResourceNotFoundException => 404,
             Self::InternalError => 500,
             Self::ServiceUnavailable => 503,
             _ => 400,

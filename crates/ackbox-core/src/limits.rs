@@ -53,3 +53,7 @@ pub const MAX_TAG_VALUE_LEN: usize = 256;
 pub const MAX_MAX_RECEIVE_COUNT: u32 = 1_000;
 /// Most source queues a `byQueue` redrive allow policy may name.
 pub const MAX_REDRIVE_ALLOW_SOURCES: usize = 10;
+/// Fastest message move task, messages per second.
+pub const MAX_MOVE_TASK_RATE: i32 = 500;
+/// Most move tasks one ListMessageMoveTasks call returns.
+pub const MAX_LIST_MOVE_TASKS: i32 = 10;

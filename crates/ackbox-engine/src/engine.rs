@@ -101,6 +101,7 @@ impl Engine {
             }),
         };
         reaper::spawn(&engine);
+        engine.resume_move_tasks().await?;
         Ok(engine)
     }
 

@@ -10,6 +10,7 @@
 //! - [`send`]: SendMessage and SendMessageBatch.
 //! - [`receive`]: ReceiveMessage and long polling.
 //! - `lease`: DeleteMessage and ChangeMessageVisibility.
+//! - [`redrive`]: message move tasks (redrive of dead-letter queues).
 //! - [`nack`]: NackMessage, the failure-reporting extension.
 //! - `reaper`: the retention sweeper.
 //! - [`secret`]: the installation secret behind receipt handles.
@@ -46,6 +47,7 @@ pub mod nack;
 pub mod queue;
 mod reaper;
 pub mod receive;
+pub mod redrive;
 pub mod secret;
 pub mod send;
 pub mod store;

@@ -420,6 +420,93 @@ pub struct MessageExpireParams {
     pub limit: u32,
 }
 
+/// A message move task as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveTaskRecord {
+    /// Opaque handle.
+    pub handle: String,
+    /// The dead-letter queue messages move out of.
+    pub source_queue_id: i64,
+    /// Its ARN.
+    pub source_arn: String,
+    /// Where messages go; `None`: each message's original source queue.
+    pub destination_arn: Option<String>,
+    /// Messages per second, if the caller chose.
+    pub rate: Option<i64>,
+    /// `RUNNING`, `COMPLETED`, `CANCELLED` or `FAILED`.
+    pub status: String,
+    /// When it started.
+    pub started_at: Timestamp,
+    /// When it ended.
+    pub finished_at: Option<Timestamp>,
+    /// Messages in the source when it started.
+    pub to_move: i64,
+    /// Messages moved so far.
+    pub moved: i64,
+    /// Why it failed.
+    pub failure_reason: Option<String>,
+}
+
+/// Parameters of [`Store::move_task_create`].
+#[derive(Debug, Clone)]
+pub struct MoveTaskCreateParams {
+    /// Opaque handle for the new task.
+    pub handle: String,
+    /// The dead-letter queue.
+    pub source_queue_id: i64,
+    /// Its ARN.
+    pub source_arn: String,
+    /// Where messages go; `None`: each message's original source.
+    pub destination_arn: Option<String>,
+    /// Messages per second, if the caller chose.
+    pub rate: Option<i64>,
+    /// The current time.
+    pub now: Timestamp,
+}
+
+/// What [`Store::move_task_create`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoveTaskCreateOutcome {
+    /// The task exists and is running.
+    Created(MoveTaskRecord),
+    /// Another task on the same source is running; nothing changed.
+    AlreadyRunning,
+}
+
+/// Where one step of a move task sends messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoveDestination {
+    /// Every message to this queue.
+    Queue(i64),
+    /// Each message back to the queue it was dead-lettered from, found by ARN;
+    /// a message whose source is gone stays and fails the task.
+    OriginalSource(std::collections::HashMap<String, i64>),
+}
+
+/// Parameters of [`Store::move_task_step`].
+#[derive(Debug, Clone)]
+pub struct MoveTaskStepParams {
+    /// The task.
+    pub handle: String,
+    /// The current time.
+    pub now: Timestamp,
+    /// Most messages this step moves.
+    pub limit: u32,
+    /// Where they go.
+    pub destination: MoveDestination,
+}
+
+/// What one step of a move task did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MoveTaskStepOutcome {
+    /// Messages moved by this step.
+    pub moved: u64,
+    /// Queues that received messages (to wake their pollers).
+    pub destinations: Vec<i64>,
+    /// The task is no longer running (completed, cancelled or failed).
+    pub finished: bool,
+}
+
 /// Durable storage of queues and messages. Not semver-stable; do not implement
 /// outside this workspace.
 #[async_trait]
@@ -468,6 +555,28 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         &self,
         params: MessagePeekParams,
     ) -> Result<Vec<StoredMessage>, StoreError>;
+    /// Starts a move task, unless one is running on the same source.
+    async fn move_task_create(
+        &self,
+        params: MoveTaskCreateParams,
+    ) -> Result<MoveTaskCreateOutcome, StoreError>;
+    /// Moves the next messages of a running task and records its progress, atomically.
+    async fn move_task_step(
+        &self,
+        params: MoveTaskStepParams,
+    ) -> Result<MoveTaskStepOutcome, StoreError>;
+    /// Cancels a running task; `None` if no running task has that handle.
+    async fn move_task_cancel(
+        &self,
+        handle: &str,
+        now: Timestamp,
+    ) -> Result<Option<MoveTaskRecord>, StoreError>;
+    /// Tasks of a source, newest first; or every running task when `source_arn` is `None`.
+    async fn move_task_list(
+        &self,
+        source_arn: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<MoveTaskRecord>, StoreError>;
     /// Drops messages that outlived retention; returns how many.
     async fn message_expire(&self, params: MessageExpireParams) -> Result<u64, StoreError>;
     /// Flushes pending writes and stops background work. Idempotent.

@@ -15,6 +15,7 @@ use crate::error::ApiError;
 use crate::protocol::json::{parse, respond};
 
 pub mod batch;
+pub mod cancel_message_move_task;
 pub mod change_message_visibility;
 pub mod change_message_visibility_batch;
 pub mod create_queue;
@@ -24,6 +25,7 @@ pub mod delete_queue;
 pub mod get_queue_attributes;
 pub mod get_queue_url;
 pub mod list_dead_letter_source_queues;
+pub mod list_message_move_tasks;
 pub mod list_queue_tags;
 pub mod list_queues;
 pub mod nack_message;
@@ -33,6 +35,7 @@ pub mod receive_message;
 pub mod send_message;
 pub mod send_message_batch;
 pub mod set_queue_attributes;
+pub mod start_message_move_task;
 pub mod tag_queue;
 pub mod untag_queue;
 
@@ -129,6 +132,9 @@ actions! {
     "AmazonSQS" ChangeMessageVisibility => change_message_visibility,
     "AmazonSQS" ChangeMessageVisibilityBatch => change_message_visibility_batch,
     "AmazonSQS" PurgeQueue => purge_queue,
+    "AmazonSQS" StartMessageMoveTask => start_message_move_task,
+    "AmazonSQS" ListMessageMoveTasks => list_message_move_tasks,
+    "AmazonSQS" CancelMessageMoveTask => cancel_message_move_task,
     "AckBox" NackMessage => nack_message,
     "AckBox" PeekMessages => peek_messages,
 }

@@ -20,6 +20,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "dead_letter",
         include_str!("../../../migrations/sqlite/0002_dead_letter.sql"),
     ),
+    (
+        3,
+        "move_tasks",
+        include_str!("../../../migrations/sqlite/0003_move_tasks.sql"),
+    ),
 ];
 
 fn database_error(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {

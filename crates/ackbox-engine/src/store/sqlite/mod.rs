@@ -7,15 +7,17 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use ackbox_core::clock::Timestamp;
 use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::store::{
     ChangeVisibilityOutcome, DeleteOutcome, MessageChangeVisibilityParams, MessageDeleteParams,
     MessageExpireParams, MessageInsertParams, MessageNackParams, MessagePeekParams,
-    MessageReceiveParams, NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
-    QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueStats, QueueStatsParams,
-    QueueUpdateParams, ReceiveOutcome, Store, StoreError, StoredMessage,
+    MessageReceiveParams, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord,
+    MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams,
+    QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueStats,
+    QueueStatsParams, QueueUpdateParams, ReceiveOutcome, Store, StoreError, StoredMessage,
 };
 
 mod checkpoint;
@@ -295,6 +297,71 @@ impl Store for SqliteStore {
     ) -> Result<Vec<StoredMessage>, StoreError> {
         self.read(move |connection| mutation::message_peek(connection, &params))
             .await
+    }
+
+    async fn move_task_create(
+        &self,
+        params: MoveTaskCreateParams,
+    ) -> Result<MoveTaskCreateOutcome, StoreError> {
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                mutation::move_task_create(connection, &params)
+            })
+            .await
+    }
+
+    async fn move_task_step(
+        &self,
+        params: MoveTaskStepParams,
+    ) -> Result<MoveTaskStepOutcome, StoreError> {
+        // Durable: a moved message must not move back on a power loss, or a
+        // redriven message could be processed and then redriven again.
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                mutation::move_task_step(connection, &params)
+            })
+            .await
+    }
+
+    async fn move_task_cancel(
+        &self,
+        handle: &str,
+        now: Timestamp,
+    ) -> Result<Option<MoveTaskRecord>, StoreError> {
+        let handle = handle.to_owned();
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                mutation::move_task_cancel(connection, &handle, now)
+            })
+            .await
+    }
+
+    async fn move_task_list(
+        &self,
+        source_arn: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<MoveTaskRecord>, StoreError> {
+        let source_arn = source_arn.map(str::to_owned);
+        self.read(move |connection| {
+            let sql = format!(
+                "SELECT {} FROM move_tasks
+                 WHERE (?1 IS NULL AND status = 'RUNNING') OR source_arn = ?1
+                 ORDER BY started_at DESC, rowid DESC LIMIT ?2",
+                mutation::MOVE_TASK_COLUMNS
+            );
+            connection
+                .prepare_cached(&sql)
+                .and_then(|mut select| {
+                    select
+                        .query_map(params![source_arn, limit], mutation::move_task_row)?
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .map_err(database_error("move_task_list"))
+        })
+        .await
     }
 
     async fn message_expire(&self, params: MessageExpireParams) -> Result<u64, StoreError> {

@@ -11,9 +11,10 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::store::{
     ChangeVisibilityOutcome, DeleteOutcome, FailureRecord, MessageChangeVisibilityParams,
     MessageDeleteParams, MessageExpireParams, MessageInsertParams, MessageNackParams,
-    MessagePeekParams, MessageReceiveParams, NackOutcome, QueueCreateOutcome, QueueCreateParams,
-    QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueUpdateParams,
-    ReceiveOutcome, StoreError, StoredMessage,
+    MessagePeekParams, MessageReceiveParams, MoveDestination, MoveTaskCreateOutcome,
+    MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome,
+    QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams,
+    QueueRecord, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage,
 };
 
 /// Most expired messages one receive drops; the retention sweeper does the rest.
@@ -606,6 +607,208 @@ pub(crate) fn message_peek(
             },
         )
         .collect()
+}
+
+pub(crate) const MOVE_TASK_COLUMNS: &str =
+    "handle, source_queue_id, source_arn, destination_arn, rate, status,
+     started_at, finished_at, to_move, moved, failure_reason";
+
+pub(crate) fn move_task_row(row: &Row<'_>) -> rusqlite::Result<MoveTaskRecord> {
+    Ok(MoveTaskRecord {
+        handle: row.get(0)?,
+        source_queue_id: row.get(1)?,
+        source_arn: row.get(2)?,
+        destination_arn: row.get(3)?,
+        rate: row.get(4)?,
+        status: row.get(5)?,
+        started_at: row.get(6)?,
+        finished_at: row.get(7)?,
+        to_move: row.get(8)?,
+        moved: row.get(9)?,
+        failure_reason: row.get(10)?,
+    })
+}
+
+fn move_task_get(
+    connection: &Connection,
+    handle: &str,
+) -> Result<Option<MoveTaskRecord>, StoreError> {
+    connection
+        .prepare_cached(&format!(
+            "SELECT {MOVE_TASK_COLUMNS} FROM move_tasks WHERE handle = ?1"
+        ))
+        .and_then(|mut select| select.query_row([handle], move_task_row).optional())
+        .map_err(database_error("move_task: get"))
+}
+
+pub(crate) fn move_task_create(
+    connection: &Connection,
+    params: &MoveTaskCreateParams,
+) -> Result<MoveTaskCreateOutcome, StoreError> {
+    ensure_queue_exists(connection, params.source_queue_id)?;
+    let running = connection
+        .prepare_cached(
+            "SELECT 1 FROM move_tasks WHERE source_queue_id = ?1 AND status = 'RUNNING'",
+        )
+        .and_then(|mut select| select.exists([params.source_queue_id]))
+        .map_err(database_error("move_task_create: running"))?;
+    if running {
+        return Ok(MoveTaskCreateOutcome::AlreadyRunning);
+    }
+    let (until_seq, to_move): (i64, i64) = connection
+        .query_row(
+            "SELECT COALESCE(MAX(seq), 0), COUNT(*) FROM messages WHERE queue_id = ?1",
+            [params.source_queue_id],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .map_err(database_error("move_task_create: snapshot"))?;
+    connection
+        .execute(
+            "INSERT INTO move_tasks (handle, source_queue_id, source_arn, destination_arn, rate,
+                 status, started_at, until_seq, to_move)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', ?6, ?7, ?8)",
+            params![
+                params.handle,
+                params.source_queue_id,
+                params.source_arn,
+                params.destination_arn,
+                params.rate,
+                params.now,
+                until_seq,
+                to_move
+            ],
+        )
+        .map_err(database_error("move_task_create: insert"))?;
+    move_task_get(connection, &params.handle)?
+        .map(MoveTaskCreateOutcome::Created)
+        .ok_or_else(|| StoreError::Corrupt {
+            detail: "a move task vanished as it was created".into(),
+        })
+}
+
+pub(crate) fn move_task_step(
+    connection: &Connection,
+    params: &MoveTaskStepParams,
+) -> Result<MoveTaskStepOutcome, StoreError> {
+    let task: Option<(i64, i64, i64, String)> = connection
+        .prepare_cached("SELECT source_queue_id, until_seq, cursor_seq, status FROM move_tasks WHERE handle = ?1")
+        .and_then(|mut select| {
+            select
+                .query_row([&params.handle], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
+                .optional()
+        })
+        .map_err(database_error("move_task_step: task"))?;
+    let Some((source_queue_id, until_seq, cursor, status)) = task else {
+        return Ok(MoveTaskStepOutcome {
+            finished: true,
+            ..MoveTaskStepOutcome::default()
+        });
+    };
+    if status != "RUNNING" {
+        return Ok(MoveTaskStepOutcome {
+            finished: true,
+            ..MoveTaskStepOutcome::default()
+        });
+    }
+    let candidates: Vec<(i64, Option<String>)> = connection
+        .prepare_cached(
+            "SELECT seq, dead_letter_source_arn FROM messages
+             WHERE queue_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
+        )
+        .and_then(|mut select| {
+            select
+                .query_map(
+                    params![source_queue_id, cursor, until_seq, params.limit],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )?
+                .collect()
+        })
+        .map_err(database_error("move_task_step: candidates"))?;
+    let mut outcome = MoveTaskStepOutcome::default();
+    let mut last_seq = cursor;
+    let mut failure = None;
+    for (seq, source_arn) in &candidates {
+        let destination = match &params.destination {
+            MoveDestination::Queue(queue_id) => Some(*queue_id),
+            MoveDestination::OriginalSource(by_arn) => {
+                source_arn.as_ref().and_then(|arn| by_arn.get(arn).copied())
+            }
+        };
+        let destination = match destination {
+            Some(queue_id) if queue_exists(connection, queue_id)? => queue_id,
+            _ => {
+                failure = Some(match &params.destination {
+                    MoveDestination::Queue(_) => {
+                        "The destination queue no longer exists; the remaining \
+                                                  messages stay in the dead-letter queue."
+                            .to_owned()
+                    }
+                    MoveDestination::OriginalSource(_) => format!(
+                        "The original source queue of a message ({}) no longer exists; it and the \
+                         remaining messages stay in the dead-letter queue.",
+                        source_arn.as_deref().unwrap_or("unknown")
+                    ),
+                });
+                break;
+            }
+        };
+        // A redriven message starts over: fresh lease history, visible now.
+        connection
+            .prepare_cached(
+                "UPDATE messages SET queue_id = ?2, visible_at = ?3, receive_count = 0,
+                     first_received_at = NULL, dead_letter_source_arn = NULL
+                 WHERE seq = ?1",
+            )
+            .and_then(|mut update| update.execute(params![seq, destination, params.now]))
+            .map_err(database_error("move_task_step: move"))?;
+        outcome.moved += 1;
+        if !outcome.destinations.contains(&destination) {
+            outcome.destinations.push(destination);
+        }
+        last_seq = *seq;
+    }
+    let exhausted = failure.is_none() && (candidates.len() as u32) < params.limit;
+    let status = match (&failure, exhausted) {
+        (Some(_), _) => "FAILED",
+        (None, true) => "COMPLETED",
+        (None, false) => "RUNNING",
+    };
+    connection
+        .prepare_cached(
+            "UPDATE move_tasks SET cursor_seq = ?2, moved = moved + ?3, status = ?4,
+                 failure_reason = ?5, finished_at = CASE WHEN ?4 = 'RUNNING' THEN NULL ELSE ?6 END
+             WHERE handle = ?1",
+        )
+        .and_then(|mut update| {
+            update.execute(params![
+                params.handle,
+                last_seq,
+                outcome.moved as i64,
+                status,
+                failure,
+                params.now
+            ])
+        })
+        .map_err(database_error("move_task_step: progress"))?;
+    outcome.finished = status != "RUNNING";
+    Ok(outcome)
+}
+
+pub(crate) fn move_task_cancel(
+    connection: &Connection,
+    handle: &str,
+    now: i64,
+) -> Result<Option<MoveTaskRecord>, StoreError> {
+    let cancelled = connection
+        .execute(
+            "UPDATE move_tasks SET status = 'CANCELLED', finished_at = ?2 WHERE handle = ?1 AND status = 'RUNNING'",
+            params![handle, now],
+        )
+        .map_err(database_error("move_task_cancel"))?;
+    if cancelled == 0 {
+        return Ok(None);
+    }
+    move_task_get(connection, handle)
 }
 
 pub(crate) fn message_expire(

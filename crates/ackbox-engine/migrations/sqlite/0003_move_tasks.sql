@@ -1,0 +1,19 @@
+-- Message move tasks (StartMessageMoveTask): durable, so a restart resumes
+-- them. Each step moves messages and advances the cursor in one transaction,
+-- so a crash never moves a message twice or loses one.
+CREATE TABLE move_tasks (
+    handle          TEXT    PRIMARY KEY,
+    source_queue_id INTEGER NOT NULL,
+    source_arn      TEXT    NOT NULL,
+    destination_arn TEXT,                    -- NULL: each message's original source
+    rate            INTEGER,                 -- messages per second; NULL: the default
+    status          TEXT    NOT NULL,        -- RUNNING, COMPLETED, CANCELLED, FAILED
+    started_at      INTEGER NOT NULL,
+    finished_at     INTEGER,
+    until_seq       INTEGER NOT NULL,        -- only messages already there at the start move
+    cursor_seq      INTEGER NOT NULL DEFAULT 0,
+    to_move         INTEGER NOT NULL,
+    moved           INTEGER NOT NULL DEFAULT 0,
+    failure_reason  TEXT
+);
+CREATE INDEX move_tasks_by_source ON move_tasks (source_arn, started_at);

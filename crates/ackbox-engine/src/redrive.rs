@@ -1,0 +1,283 @@
+//! Message move tasks (StartMessageMoveTask, ListMessageMoveTasks,
+//! CancelMessageMoveTask): redrive a dead-letter queue, as AWS documents it.
+//!
+//! A task lives in the store; a runner on the engine's task tracker moves a
+//! slice of messages every tick, at most `MaxNumberOfMessagesPerSecond`, each
+//! slice in one transaction with the task's progress. A restart resumes
+//! running tasks where their cursor stands: no message moves twice and none
+//! is lost. Only messages already in the dead-letter queue when the task
+//! started move.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ackbox_core::clock::Timestamp;
+use ackbox_core::error::{ErrorCode, SqsError};
+use ackbox_core::limits::{MAX_LIST_MOVE_TASKS, MAX_MOVE_TASK_RATE};
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::store::{
+    MoveDestination, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord,
+    MoveTaskStepParams,
+};
+
+/// How often a runner moves a slice; the rate is spread over the ticks.
+const TICK: Duration = Duration::from_millis(100);
+const TICKS_PER_SECOND: i64 = 10;
+/// The rate when the caller names none (the highest SQS allows).
+const DEFAULT_RATE: i64 = MAX_MOVE_TASK_RATE as i64;
+
+/// A move task as ListMessageMoveTasks reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MoveTask {
+    /// The handle (only reported while running, as SQS does).
+    pub handle: Option<String>,
+    /// `RUNNING`, `COMPLETED`, `CANCELLED` or `FAILED`.
+    pub status: String,
+    /// The dead-letter queue.
+    pub source_arn: String,
+    /// The destination, when one was named.
+    pub destination_arn: Option<String>,
+    /// The rate, when one was named.
+    pub max_messages_per_second: Option<i64>,
+    /// Messages moved so far.
+    pub moved: i64,
+    /// Messages in the source when the task started.
+    pub to_move: i64,
+    /// Why it failed.
+    pub failure_reason: Option<String>,
+    /// When it started, epoch milliseconds.
+    pub started_at: Timestamp,
+}
+
+impl From<MoveTaskRecord> for MoveTask {
+    fn from(record: MoveTaskRecord) -> Self {
+        Self {
+            handle: (record.status == "RUNNING").then_some(record.handle),
+            status: record.status,
+            source_arn: record.source_arn,
+            destination_arn: record.destination_arn,
+            max_messages_per_second: record.rate,
+            moved: record.moved,
+            to_move: record.to_move,
+            failure_reason: record.failure_reason,
+            started_at: record.started_at,
+        }
+    }
+}
+
+fn not_found(parameter: &str) -> SqsError {
+    SqsError::new(
+        ErrorCode::ResourceNotFoundException,
+        format!("The resource that you specified for the {parameter} parameter doesn't exist."),
+    )
+}
+
+impl Engine {
+    /// StartMessageMoveTask: moves the messages of dead-letter queue
+    /// `source_arn` to `destination_arn`, or each back to its original source.
+    pub async fn start_message_move_task(
+        &self,
+        source_arn: &str,
+        destination_arn: Option<&str>,
+        rate: Option<i32>,
+    ) -> Result<String, EngineError> {
+        if let Some(rate) = rate
+            && !(1..=MAX_MOVE_TASK_RATE).contains(&rate)
+        {
+            return Err(SqsError::invalid_parameter(
+                "MaxNumberOfMessagesPerSecond",
+                rate,
+                &format!("Must be between 1 and {MAX_MOVE_TASK_RATE}, if provided."),
+            )
+            .into());
+        }
+        let source_name = self
+            .realm()
+            .queue_name_from_arn(source_arn)
+            .ok_or_else(|| not_found("SourceArn"))?;
+        let source = self
+            .queue(&source_name)
+            .await
+            .map_err(|_| not_found("SourceArn"))?;
+        let is_dead_letter_queue = !self
+            .list_dead_letter_source_queues(&source_name, None, None)
+            .await?
+            .0
+            .is_empty();
+        if !is_dead_letter_queue {
+            return Err(SqsError::invalid_value(
+                "Source queue must be configured as a Dead Letter Queue.",
+            )
+            .into());
+        }
+        if let Some(destination_arn) = destination_arn {
+            if destination_arn == source_arn {
+                return Err(SqsError::invalid_parameter(
+                    "DestinationArn",
+                    destination_arn,
+                    "The destination must differ from the source.",
+                )
+                .into());
+            }
+            let destination = self
+                .realm()
+                .queue_name_from_arn(destination_arn)
+                .ok_or_else(|| not_found("DestinationArn"))?;
+            self.queue(&destination)
+                .await
+                .map_err(|_| not_found("DestinationArn"))?;
+        }
+        let handle = uuid::Uuid::new_v4().to_string();
+        let outcome = self
+            .inner
+            .store
+            .move_task_create(MoveTaskCreateParams {
+                handle: handle.clone(),
+                source_queue_id: source.id,
+                source_arn: source_arn.to_owned(),
+                destination_arn: destination_arn.map(str::to_owned),
+                rate: rate.map(i64::from),
+                now: self.now(),
+            })
+            .await?;
+        match outcome {
+            MoveTaskCreateOutcome::Created(record) => {
+                tracing::info!(task = %handle, source = %source_arn, destination = ?destination_arn, to_move = record.to_move, "message move task started");
+                self.spawn_move_task(record);
+                Ok(handle)
+            }
+            MoveTaskCreateOutcome::AlreadyRunning => Err(SqsError::new(
+                ErrorCode::UnsupportedOperation,
+                "There is already a task running. Only one active task is allowed for a source queue arn at a given time.",
+            )
+            .into()),
+        }
+    }
+
+    /// ListMessageMoveTasks: the tasks of a source, newest first (1..=10, default 1).
+    pub async fn list_message_move_tasks(
+        &self,
+        source_arn: &str,
+        max_results: Option<i32>,
+    ) -> Result<Vec<MoveTask>, EngineError> {
+        let limit = match max_results {
+            None => 1,
+            Some(max) if (1..=MAX_LIST_MOVE_TASKS).contains(&max) => max.unsigned_abs(),
+            Some(max) => {
+                return Err(SqsError::invalid_parameter(
+                    "MaxResults",
+                    max,
+                    &format!("Must be between 1 and {MAX_LIST_MOVE_TASKS}, if provided."),
+                )
+                .into());
+            }
+        };
+        let source_name = self
+            .realm()
+            .queue_name_from_arn(source_arn)
+            .ok_or_else(|| not_found("SourceArn"))?;
+        self.queue(&source_name)
+            .await
+            .map_err(|_| not_found("SourceArn"))?;
+        let tasks = self
+            .inner
+            .store
+            .move_task_list(Some(source_arn), limit)
+            .await?;
+        Ok(tasks.into_iter().map(MoveTask::from).collect())
+    }
+
+    /// CancelMessageMoveTask: stops a running task; returns how many moved.
+    pub async fn cancel_message_move_task(&self, handle: &str) -> Result<i64, EngineError> {
+        let cancelled = self
+            .inner
+            .store
+            .move_task_cancel(handle, self.now())
+            .await?;
+        let record = cancelled.ok_or_else(|| not_found("TaskHandle"))?;
+        tracing::info!(task = %handle, moved = record.moved, "message move task cancelled");
+        Ok(record.moved)
+    }
+
+    /// Restarts the runners of tasks that were running at the last stop.
+    pub(crate) async fn resume_move_tasks(&self) -> Result<(), EngineError> {
+        for record in self.inner.store.move_task_list(None, u32::MAX).await? {
+            tracing::info!(task = %record.handle, moved = record.moved, "resuming message move task");
+            self.spawn_move_task(record);
+        }
+        Ok(())
+    }
+
+    fn spawn_move_task(&self, record: MoveTaskRecord) {
+        let engine = self.clone();
+        let shutdown = self.inner.shutdown.clone();
+        self.inner.tasks.spawn(async move {
+            // Credit accrues in tenths of a message per tick, so a rate such
+            // as 15/s averages 15/s instead of rounding to whole slices.
+            let rate = record.rate.unwrap_or(DEFAULT_RATE);
+            let mut credit = 0i64;
+            let mut ticker = tokio::time::interval(TICK);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => break,
+                    _ = ticker.tick() => {}
+                }
+                credit += rate;
+                let limit = credit / TICKS_PER_SECOND;
+                if limit == 0 {
+                    continue;
+                }
+                credit -= limit * TICKS_PER_SECOND;
+                match engine.move_step(&record, limit).await {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(error) => {
+                        tracing::warn!(task = %record.handle, %error, "message move step failed; will retry");
+                    }
+                }
+            }
+        });
+    }
+
+    /// One slice of a task; `true` once the task is no longer running.
+    async fn move_step(&self, record: &MoveTaskRecord, limit: i64) -> Result<bool, EngineError> {
+        let destination = match &record.destination_arn {
+            Some(arn) => match self.realm().queue_name_from_arn(arn) {
+                Some(name) => match self.queue(&name).await {
+                    Ok(queue) => MoveDestination::Queue(queue.id),
+                    Err(_) => MoveDestination::OriginalSource(HashMap::new()),
+                },
+                None => MoveDestination::OriginalSource(HashMap::new()),
+            },
+            None => MoveDestination::OriginalSource(
+                self.inner
+                    .registry
+                    .all()
+                    .into_iter()
+                    .map(|queue| (self.realm().queue_arn(&queue.name), queue.id))
+                    .collect(),
+            ),
+        };
+        let outcome = self
+            .inner
+            .store
+            .move_task_step(MoveTaskStepParams {
+                handle: record.handle.clone(),
+                now: self.now(),
+                limit: u32::try_from(limit).unwrap_or(u32::MAX),
+                destination,
+            })
+            .await?;
+        for queue in self.inner.registry.all() {
+            if outcome.destinations.contains(&queue.id) {
+                queue.arrivals.notify_waiters();
+            }
+        }
+        if outcome.finished {
+            tracing::info!(task = %record.handle, "message move task finished");
+        }
+        Ok(outcome.finished)
+    }
+}

@@ -1,0 +1,325 @@
+//! Message move tasks end to end with the official SDK: redrive a
+//! dead-letter queue home or elsewhere, cancel, resume after a restart, and
+//! the AWS errors for bad requests. Nothing moves twice, nothing is lost.
+
+use std::time::{Duration, Instant};
+
+use ackbox_testkit::server::TestServer;
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+
+const ACCOUNT_ARN: &str = "arn:aws:sqs:us-east-1:000000000000";
+
+fn code<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
+    error: SdkError<E, R>,
+) -> String {
+    match error {
+        SdkError::ServiceError(context) => context.err().code().unwrap_or("<none>").to_owned(),
+        other => panic!("expected a service error, got {other:?}"),
+    }
+}
+
+struct Setup {
+    source: String,
+    dlq: String,
+    dlq_arn: String,
+}
+
+/// A source queue whose `count` messages all sit in its dead-letter queue.
+async fn dead_lettered(client: &Client, count: usize) -> Setup {
+    let dlq = client
+        .create_queue()
+        .queue_name("dlq")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let dlq_arn = format!("{ACCOUNT_ARN}:dlq");
+    let source = client
+        .create_queue()
+        .queue_name("source")
+        .attributes(
+            QueueAttributeName::RedrivePolicy,
+            format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":1}}"#),
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for chunk in (0..count).collect::<Vec<_>>().chunks(10) {
+        let mut batch = client.send_message_batch().queue_url(&source);
+        for index in chunk {
+            batch = batch.entries(
+                SendMessageBatchRequestEntry::builder()
+                    .id(format!("m{index}"))
+                    .message_body(format!("m{index}"))
+                    .build()
+                    .unwrap(),
+            );
+        }
+        batch.send().await.unwrap();
+    }
+    // First receive uses the one allowed receive (lease 0 s); the next moves them.
+    while depth(client, &dlq).await < count {
+        client
+            .receive_message()
+            .queue_url(&source)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap();
+    }
+    assert_eq!(depth(client, &source).await, 0);
+    Setup {
+        source,
+        dlq,
+        dlq_arn,
+    }
+}
+
+async fn depth(client: &Client, url: &str) -> usize {
+    let attributes = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .unwrap();
+    let attributes = attributes.attributes().unwrap();
+    let count = |name: &QueueAttributeName| attributes[name].parse::<usize>().unwrap();
+    count(&QueueAttributeName::ApproximateNumberOfMessages)
+        + count(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+}
+
+/// Polls ListMessageMoveTasks until the newest task leaves RUNNING.
+async fn wait_finished(
+    client: &Client,
+    dlq_arn: &str,
+) -> aws_sdk_sqs::types::ListMessageMoveTasksResultEntry {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let tasks = client
+            .list_message_move_tasks()
+            .source_arn(dlq_arn)
+            .send()
+            .await
+            .unwrap();
+        let newest = tasks.results()[0].clone();
+        if newest.status() != Some("RUNNING") || Instant::now() > deadline {
+            return newest;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_move_task_redrives_every_message_home_exactly_once() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let setup = dead_lettered(&client, 25).await;
+    let handle = client
+        .start_message_move_task()
+        .source_arn(&setup.dlq_arn)
+        .send()
+        .await
+        .unwrap()
+        .task_handle
+        .unwrap();
+    assert!(!handle.is_empty());
+    let finished = wait_finished(&client, &setup.dlq_arn).await;
+    assert_eq!(finished.status(), Some("COMPLETED"));
+    assert_eq!(finished.approximate_number_of_messages_moved(), 25);
+    assert_eq!(finished.approximate_number_of_messages_to_move(), Some(25));
+    assert!(
+        finished.task_handle().is_none(),
+        "a finished task has no handle"
+    );
+    assert_eq!(depth(&client, &setup.dlq).await, 0);
+
+    let mut bodies = Vec::new();
+    loop {
+        let received = client
+            .receive_message()
+            .queue_url(&setup.source)
+            .max_number_of_messages(10)
+            .message_system_attribute_names(
+                aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount,
+            )
+            .send()
+            .await
+            .unwrap();
+        if received.messages().is_empty() {
+            break;
+        }
+        for message in received.messages() {
+            assert_eq!(
+                message.attributes().unwrap()
+                    [&aws_sdk_sqs::types::MessageSystemAttributeName::ApproximateReceiveCount],
+                "1",
+                "a redriven message starts its receives over"
+            );
+            bodies.push(message.body().unwrap().to_owned());
+        }
+    }
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies.len(), 25, "every message came home, once");
+}
+
+#[tokio::test]
+async fn a_move_task_can_target_another_queue_and_be_cancelled() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let setup = dead_lettered(&client, 40).await;
+    let elsewhere = client
+        .create_queue()
+        .queue_name("elsewhere")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let handle = client
+        .start_message_move_task()
+        .source_arn(&setup.dlq_arn)
+        .destination_arn(format!("{ACCOUNT_ARN}:elsewhere"))
+        .max_number_of_messages_per_second(10)
+        .send()
+        .await
+        .unwrap()
+        .task_handle
+        .unwrap();
+    let second = client
+        .start_message_move_task()
+        .source_arn(&setup.dlq_arn)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code(second),
+        "AWS.SimpleQueueService.UnsupportedOperation",
+        "one task per source"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let cancelled = client
+        .cancel_message_move_task()
+        .task_handle(&handle)
+        .send()
+        .await
+        .unwrap();
+    let moved = cancelled.approximate_number_of_messages_moved();
+    assert!(
+        moved < 40,
+        "cancelled before the end ({moved} moved at 10/s)"
+    );
+    let listed = client
+        .list_message_move_tasks()
+        .source_arn(&setup.dlq_arn)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.results()[0].status(), Some("CANCELLED"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (in_dlq, in_elsewhere) = (
+        depth(&client, &setup.dlq).await,
+        depth(&client, &elsewhere).await,
+    );
+    assert_eq!(in_dlq + in_elsewhere, 40, "nothing lost, nothing doubled");
+    assert_eq!(
+        in_elsewhere as i64,
+        listed.results()[0].approximate_number_of_messages_moved()
+    );
+    assert_eq!(depth(&client, &setup.source).await, 0);
+    let again = client
+        .cancel_message_move_task()
+        .task_handle(&handle)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(again), "ResourceNotFoundException");
+}
+
+#[tokio::test]
+async fn a_running_task_resumes_after_a_restart() {
+    let mut server = TestServer::builder().start().await;
+    let client = server.client();
+    let setup = dead_lettered(&client, 30).await;
+    client
+        .start_message_move_task()
+        .source_arn(&setup.dlq_arn)
+        .max_number_of_messages_per_second(20)
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    server.restart().await;
+    let client = server.client();
+    let finished = wait_finished(&client, &setup.dlq_arn).await;
+    assert_eq!(finished.status(), Some("COMPLETED"));
+    assert_eq!(finished.approximate_number_of_messages_moved(), 30);
+    assert_eq!(depth(&client, &setup.source).await, 30);
+    assert_eq!(depth(&client, &setup.dlq).await, 0);
+}
+
+#[tokio::test]
+async fn bad_move_requests_get_the_aws_errors() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let setup = dead_lettered(&client, 1).await;
+    for rate in [0, 501] {
+        let error = client
+            .start_message_move_task()
+            .source_arn(&setup.dlq_arn)
+            .max_number_of_messages_per_second(rate)
+            .send()
+            .await
+            .unwrap_err();
+        assert_eq!(code(error), "InvalidParameterValue", "rate {rate}");
+    }
+    let unknown = client
+        .start_message_move_task()
+        .source_arn(format!("{ACCOUNT_ARN}:nope"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(unknown), "ResourceNotFoundException");
+    let not_a_dlq = client
+        .start_message_move_task()
+        .source_arn(format!("{ACCOUNT_ARN}:source"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(not_a_dlq), "InvalidParameterValue");
+    let bad_destination = client
+        .start_message_move_task()
+        .source_arn(&setup.dlq_arn)
+        .destination_arn(format!("{ACCOUNT_ARN}:nope"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(bad_destination), "ResourceNotFoundException");
+    let list_unknown = client
+        .list_message_move_tasks()
+        .source_arn(format!("{ACCOUNT_ARN}:nope"))
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(list_unknown), "ResourceNotFoundException");
+    let cancel_unknown = client
+        .cancel_message_move_task()
+        .task_handle("no-such-task")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(cancel_unknown), "ResourceNotFoundException");
+    assert_eq!(
+        depth(&client, &setup.dlq).await,
+        1,
+        "refused requests moved nothing"
+    );
+}
