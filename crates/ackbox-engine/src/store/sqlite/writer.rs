@@ -245,10 +245,14 @@ impl Flusher {
         let thread = std::thread::Builder::new()
             .name("ackbox-sqlite-flusher".to_owned())
             .spawn(move || {
+                let (mut fsyncs, mut groups, mut jobs) = (0u64, 0u64, 0u64);
                 while let Ok(first) = committed.recv() {
                     // Every group already committed rides on this one fsync.
                     let mut ready = vec![first];
                     ready.extend(committed.try_iter());
+                    fsyncs += 1;
+                    groups += ready.len() as u64;
+                    jobs += ready.iter().map(|group| group.len() as u64).sum::<u64>();
                     let synced = sync_wal(&wal_path);
                     if let Err(error) = &synced {
                         // The commits are visible but may not survive a power
@@ -259,6 +263,7 @@ impl Flusher {
                         complete(synced.is_ok());
                     }
                 }
+                tracing::info!(fsyncs, groups, jobs, "flusher stopped");
             })?;
         Ok(Self { groups, thread })
     }
