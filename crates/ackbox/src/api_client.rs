@@ -61,7 +61,8 @@ impl ApiClient {
         Ok(Self { http, endpoint })
     }
 
-    /// Calls `action` with a pre-encoded JSON body; returns status and body.
+    /// Calls `action` (`SendMessage`, or a namespaced extension such as
+    /// `AckBox.PeekMessages`) with a pre-encoded JSON body; returns status and body.
     pub(crate) async fn call_raw(
         &self,
         action: &str,
@@ -69,7 +70,7 @@ impl ApiClient {
     ) -> anyhow::Result<(StatusCode, Bytes)> {
         let request = Request::post(self.endpoint.clone())
             .header("content-type", "application/x-amz-json-1.0")
-            .header("x-amz-target", format!("AmazonSQS.{action}"))
+            .header("x-amz-target", target(action))
             .body(Full::new(body))?;
         let response = self.http.request(request).await?;
         let status = response.status();
@@ -113,6 +114,16 @@ impl ApiClient {
             .as_str()
             .map(str::to_owned)
             .ok_or_else(|| anyhow::anyhow!("GetQueueUrl answered without a QueueUrl"))
+    }
+}
+
+/// The `X-Amz-Target` of `action`: SQS's namespace unless the action names
+/// its own (`AckBox.PeekMessages`).
+fn target(action: &str) -> String {
+    if action.contains('.') {
+        action.to_owned()
+    } else {
+        format!("AmazonSQS.{action}")
     }
 }
 

@@ -35,6 +35,10 @@ enum Command {
     Send(cmd::send::Args),
     /// Receive (and by default delete) messages.
     Receive(cmd::receive::Args),
+    /// Look into a dead-letter queue: peek, summary by failure class.
+    Dlq(cmd::dlq::Args),
+    /// Move dead-lettered messages back: start, status, cancel.
+    Redrive(cmd::redrive::Args),
     /// Load-test a broker over the SQS HTTP API.
     Bench(cmd::bench::Args),
 }
@@ -72,6 +76,8 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Queue(args) => cmd::queue::run(args).await,
             Command::Send(args) => cmd::send::run(args).await,
             Command::Receive(args) => cmd::receive::run(args).await,
+            Command::Dlq(args) => cmd::dlq::run(args).await,
+            Command::Redrive(args) => cmd::redrive::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
         }
     })

@@ -170,3 +170,80 @@ fn config_file_predefines_queues_idempotently() {
         "a changed configuration updates the queue"
     );
 }
+
+#[test]
+fn dead_letter_queues_can_be_inspected_and_redriven_from_the_cli() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), free_port(), &[]);
+    let endpoint = server.url();
+    ok_stdout(ackbox(&endpoint, &["queue", "create", "dlq"]));
+    let policy = r#"RedrivePolicy={"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":1}"#;
+    ok_stdout(ackbox(
+        &endpoint,
+        &["queue", "create", "jobs", "--attribute", policy],
+    ));
+    ok_stdout(ackbox(&endpoint, &["send", "jobs", "poison pill"]));
+    // One receive is allowed (and released at once); the next moves it.
+    ok_stdout(ackbox(
+        &endpoint,
+        &["receive", "jobs", "--visibility", "0", "--keep"],
+    ));
+    let second: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["receive", "jobs", "--json"],
+    )))
+    .unwrap();
+    assert!(second["Messages"].as_array().unwrap().is_empty());
+
+    let peeked: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["dlq", "peek", "dlq", "--json"],
+    )))
+    .unwrap();
+    let messages = peeked["Messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["Body"], "poison pill");
+    assert_eq!(
+        messages[0]["Attributes"]["DeadLetterQueueSourceArn"],
+        "arn:aws:sqs:us-east-1:000000000000:jobs"
+    );
+    let summary: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["dlq", "summary", "dlq", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(summary["Depth"], 1);
+    assert_eq!(summary["Classes"]["(no reason given)"]["count"], 1);
+    let human = ok_stdout(ackbox(&endpoint, &["dlq", "summary", "dlq"]));
+    assert!(human.contains("dlq: 1 messages"), "{human}");
+
+    let finished: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["redrive", "start", "--source", "dlq", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(finished["Status"], "COMPLETED");
+    assert_eq!(finished["ApproximateNumberOfMessagesMoved"], 1);
+    let stats: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["queue", "stats", "jobs", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(
+        stats["ApproximateNumberOfMessages"], "1",
+        "the message is home again"
+    );
+    let status: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["redrive", "status", "--source", "dlq", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(status["Results"][0]["Status"], "COMPLETED");
+
+    let cancel = ackbox(&endpoint, &["redrive", "cancel", "no-such-task"]);
+    assert!(!cancel.status.success());
+    assert!(String::from_utf8_lossy(&cancel.stderr).contains("ResourceNotFoundException"));
+    let not_a_dlq = ackbox(&endpoint, &["redrive", "start", "--source", "jobs"]);
+    assert!(!not_a_dlq.status.success());
+    assert!(String::from_utf8_lossy(&not_a_dlq.stderr).contains("Dead Letter Queue"));
+}

@@ -1,0 +1,185 @@
+//! `ackbox redrive start|status|cancel`: message move tasks from the shell,
+//! with a progress bar.
+
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+use crate::api_client::{ApiClient, EndpointArgs};
+use crate::cmd::queue::print;
+
+/// Flags of `ackbox redrive`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    endpoint: EndpointArgs,
+    #[command(subcommand)]
+    command: RedriveCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum RedriveCommand {
+    /// Move a dead-letter queue's messages back home (or to --destination).
+    Start {
+        /// The dead-letter queue's name.
+        #[arg(long)]
+        source: String,
+        /// Destination queue name; each message's original source when absent.
+        #[arg(long)]
+        destination: Option<String>,
+        /// Messages per second (1..=500).
+        #[arg(long)]
+        rate: Option<i32>,
+        /// Return once the task has started instead of following it.
+        #[arg(long)]
+        detach: bool,
+    },
+    /// Show the newest move tasks of a dead-letter queue.
+    Status {
+        /// The dead-letter queue's name.
+        #[arg(long)]
+        source: String,
+        /// How many tasks (1..=10).
+        #[arg(short = 'n', long, default_value_t = 5)]
+        count: i32,
+    },
+    /// Cancel a running task.
+    Cancel {
+        /// The handle `redrive start` printed.
+        handle: String,
+    },
+}
+
+async fn queue_arn(client: &ApiClient, name: &str) -> anyhow::Result<String> {
+    let url = client.queue_url(name).await?;
+    let reply = client
+        .call(
+            "GetQueueAttributes",
+            &json!({ "QueueUrl": url, "AttributeNames": ["QueueArn"] }),
+        )
+        .await?;
+    reply["Attributes"]["QueueArn"]
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| anyhow::anyhow!("GetQueueAttributes answered without a QueueArn"))
+}
+
+async fn newest_task(client: &ApiClient, source_arn: &str) -> anyhow::Result<Value> {
+    let reply = client
+        .call(
+            "ListMessageMoveTasks",
+            &json!({ "SourceArn": source_arn, "MaxResults": 1 }),
+        )
+        .await?;
+    Ok(reply["Results"][0].clone())
+}
+
+fn describe(task: &Value) -> String {
+    format!(
+        "{:<10} moved {}/{}  started {}{}{}",
+        task["Status"].as_str().unwrap_or("?"),
+        task["ApproximateNumberOfMessagesMoved"],
+        task["ApproximateNumberOfMessagesToMove"],
+        task["StartedTimestamp"],
+        task["TaskHandle"]
+            .as_str()
+            .map_or(String::new(), |handle| format!("  handle {handle}")),
+        task["FailureReason"]
+            .as_str()
+            .map_or(String::new(), |reason| format!("\n    failure: {reason}")),
+    )
+}
+
+/// Runs `ackbox redrive …`.
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    let client = args.endpoint.client()?;
+    let json_output = args.endpoint.json;
+    match args.command {
+        RedriveCommand::Start {
+            source,
+            destination,
+            rate,
+            detach,
+        } => {
+            let source_arn = queue_arn(&client, &source).await?;
+            let mut request = json!({ "SourceArn": source_arn });
+            if let Some(destination) = destination {
+                request["DestinationArn"] = json!(queue_arn(&client, &destination).await?);
+            }
+            if let Some(rate) = rate {
+                request["MaxNumberOfMessagesPerSecond"] = json!(rate);
+            }
+            let started = client.call("StartMessageMoveTask", &request).await?;
+            let handle = started["TaskHandle"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if detach {
+                print(json_output, &started, || handle.clone());
+                return Ok(());
+            }
+            let bar = if json_output {
+                ProgressBar::hidden()
+            } else {
+                ProgressBar::new(0)
+            };
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{spinner} {elapsed:>4} {pos:>8}/{len:8} moved {wide_bar}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            let task = loop {
+                let task = newest_task(&client, &source_arn).await?;
+                bar.set_length(
+                    task["ApproximateNumberOfMessagesToMove"]
+                        .as_u64()
+                        .unwrap_or(0),
+                );
+                bar.set_position(
+                    task["ApproximateNumberOfMessagesMoved"]
+                        .as_u64()
+                        .unwrap_or(0),
+                );
+                if task["Status"] != "RUNNING" {
+                    break task;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            };
+            bar.finish_and_clear();
+            print(json_output, &task, || describe(&task));
+            if task["Status"] != "COMPLETED" {
+                anyhow::bail!("the move task ended {}", task["Status"]);
+            }
+        }
+        RedriveCommand::Status { source, count } => {
+            let source_arn = queue_arn(&client, &source).await?;
+            let reply = client
+                .call(
+                    "ListMessageMoveTasks",
+                    &json!({ "SourceArn": source_arn, "MaxResults": count }),
+                )
+                .await?;
+            print(json_output, &reply, || {
+                let tasks = reply["Results"].as_array().cloned().unwrap_or_default();
+                if tasks.is_empty() {
+                    return format!("no move tasks for {source}");
+                }
+                tasks.iter().map(describe).collect::<Vec<_>>().join("\n")
+            });
+        }
+        RedriveCommand::Cancel { handle } => {
+            let reply = client
+                .call("CancelMessageMoveTask", &json!({ "TaskHandle": handle }))
+                .await?;
+            print(json_output, &reply, || {
+                format!(
+                    "cancelled after moving {}",
+                    reply["ApproximateNumberOfMessagesMoved"]
+                )
+            });
+        }
+    }
+    Ok(())
+}
