@@ -167,11 +167,11 @@ impl Engine {
         validate_tags(tags)?;
 
         let _admin = self.inner.admin.lock().await;
-        self.validate_redrive(&name, &settings).await?;
         if let Some(existing) = self.inner.registry.get(name.as_str()) {
             self.ensure_same_attributes(&existing, attributes)?;
             return Ok(name);
         }
+        self.validate_redrive(&name, &settings).await?;
         let now = self.now();
         let outcome = self
             .inner
@@ -414,7 +414,14 @@ impl Engine {
         let current = queue.snapshot();
         let mut updated = current.attributes.clone();
         updated.apply(attributes)?;
-        self.validate_redrive(name, &updated).await?;
+        // Only a policy being set is checked: an existing policy whose target
+        // has gone stays (receives then move nothing), as on SQS.
+        if attributes
+            .get("RedrivePolicy")
+            .is_some_and(|policy| !policy.is_empty())
+        {
+            self.validate_redrive(name, &updated).await?;
+        }
         let now = self.now();
         self.inner
             .store

@@ -8,7 +8,6 @@
 //! is lost. Only messages already in the dead-letter queue when the task
 //! started move.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use ackbox_core::clock::Timestamp;
@@ -64,6 +63,30 @@ impl From<MoveTaskRecord> for MoveTask {
             failure_reason: record.failure_reason,
             started_at: record.started_at,
         }
+    }
+}
+
+/// Whether `error` says a queue does not exist (as opposed to a store failure,
+/// which must surface as it is).
+fn is_missing_queue(error: &EngineError) -> bool {
+    matches!(error, EngineError::Sqs(error) if error.code == ErrorCode::QueueDoesNotExist)
+}
+
+/// Looks up the queue of `arn`, answering ResourceNotFoundException for
+/// `parameter` when there is none.
+async fn existing_queue(
+    engine: &Engine,
+    arn: &str,
+    parameter: &str,
+) -> Result<std::sync::Arc<crate::queue::Queue>, EngineError> {
+    let name = engine
+        .realm()
+        .queue_name_from_arn(arn)
+        .ok_or_else(|| not_found(parameter))?;
+    match engine.queue(&name).await {
+        Ok(queue) => Ok(queue),
+        Err(error) if is_missing_queue(&error) => Err(not_found(parameter).into()),
+        Err(error) => Err(error),
     }
 }
 
@@ -244,12 +267,16 @@ impl Engine {
     /// One slice of a task; `true` once the task is no longer running.
     async fn move_step(&self, record: &MoveTaskRecord, limit: i64) -> Result<bool, EngineError> {
         let destination = match &record.destination_arn {
-            Some(arn) => match self.realm().queue_name_from_arn(arn) {
-                Some(name) => match self.queue(&name).await {
-                    Ok(queue) => MoveDestination::Queue(queue.id),
-                    Err(_) => MoveDestination::OriginalSource(HashMap::new()),
-                },
-                None => MoveDestination::OriginalSource(HashMap::new()),
+            // A store failure is retried by the runner; only a queue that is
+            // really gone fails the task.
+            Some(arn) => match existing_queue(self, arn, "DestinationArn").await {
+                Ok(queue) => MoveDestination::Queue(queue.id),
+                Err(EngineError::Sqs(error))
+                    if error.code == ErrorCode::ResourceNotFoundException =>
+                {
+                    MoveDestination::Gone
+                }
+                Err(error) => return Err(error),
             },
             None => MoveDestination::OriginalSource(
                 self.inner

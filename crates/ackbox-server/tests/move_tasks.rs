@@ -323,3 +323,103 @@ async fn bad_move_requests_get_the_aws_errors() {
         "refused requests moved nothing"
     );
 }
+
+#[tokio::test]
+async fn inv2_a_handle_from_before_the_dead_letter_cannot_touch_the_redriven_message() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let dlq = client
+        .create_queue()
+        .queue_name("dlq")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let source = client
+        .create_queue()
+        .queue_name("source")
+        .attributes(
+            QueueAttributeName::RedrivePolicy,
+            format!(r#"{{"deadLetterTargetArn":"{ACCOUNT_ARN}:dlq","maxReceiveCount":1}}"#),
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    client
+        .send_message()
+        .queue_url(&source)
+        .message_body("once")
+        .send()
+        .await
+        .unwrap();
+    let first = client
+        .receive_message()
+        .queue_url(&source)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap();
+    let old_handle = first.messages()[0].receipt_handle().unwrap().to_owned();
+    client
+        .receive_message()
+        .queue_url(&source)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(depth(&client, &dlq).await, 1);
+    client
+        .start_message_move_task()
+        .source_arn(format!("{ACCOUNT_ARN}:dlq"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        wait_finished(&client, &format!("{ACCOUNT_ARN}:dlq"))
+            .await
+            .status(),
+        Some("COMPLETED")
+    );
+
+    // Home again and received afresh: its first receive once more, but under a new handle.
+    let again = client
+        .receive_message()
+        .queue_url(&source)
+        .visibility_timeout(30)
+        .send()
+        .await
+        .unwrap();
+    let new_handle = again.messages()[0].receipt_handle().unwrap().to_owned();
+    assert_ne!(new_handle, old_handle);
+    client
+        .delete_message()
+        .queue_url(&source)
+        .receipt_handle(&old_handle)
+        .send()
+        .await
+        .unwrap();
+    let stale_change = client
+        .change_message_visibility()
+        .queue_url(&source)
+        .receipt_handle(&old_handle)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(stale_change), "InvalidParameterValue");
+    assert_eq!(
+        depth(&client, &source).await,
+        1,
+        "the stale delete left the message to its new holder"
+    );
+    client
+        .delete_message()
+        .queue_url(&source)
+        .receipt_handle(&new_handle)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(depth(&client, &source).await, 0);
+}

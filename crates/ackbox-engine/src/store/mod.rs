@@ -481,6 +481,8 @@ pub enum MoveDestination {
     /// Each message back to the queue it was dead-lettered from, found by ARN;
     /// a message whose source is gone stays and fails the task.
     OriginalSource(std::collections::HashMap<String, i64>),
+    /// The named destination no longer exists: the task fails, moving nothing.
+    Gone,
 }
 
 /// Parameters of [`Store::move_task_step`].

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use ackbox_engine::store::{
     ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, LeaseRef,
     MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams, MessageInsertParams,
-    MessageReceiveParams, NewMessage, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
+    MessageReceiveParams, MoveDestination, MoveTaskCreateOutcome, MoveTaskCreateParams,
+    MoveTaskStepParams, NewMessage, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
     QueuePurgeOutcome, QueuePurgeParams, QueueStats, QueueStatsParams, QueueUpdateParams, Store,
     VisibilityChange,
 };
@@ -526,8 +527,12 @@ pub async fn receive_moves_messages_past_the_limit_to_the_dead_letter_queue(fixt
     );
     let moved = &moved.messages[0];
     assert_eq!(
-        (moved.seq, moved.message_id.as_str(), moved.body.as_str()),
-        (seqs[0], "id-poison", "poison")
+        (moved.message_id.as_str(), moved.body.as_str()),
+        ("id-poison", "poison")
+    );
+    assert_ne!(
+        moved.seq, seqs[0],
+        "a moved message gets a new sequence number, so old handles miss it"
     );
     assert_eq!(moved.sent_at, T0, "the original SentTimestamp is kept");
     assert_eq!(moved.attributes["kind"].string_value.as_deref(), Some("x"));
@@ -584,6 +589,85 @@ pub async fn a_missing_dead_letter_queue_moves_nothing(fixture: Fixture) {
         );
         assert_eq!(outcome.dead_lettered, 0);
     }
+}
+
+pub async fn move_tasks_move_visible_messages_once_and_wait_for_held_ones(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let dlq = create(store, "dlq", T0).await;
+    let home = create(store, "home", T0).await;
+    insert(
+        store,
+        dlq,
+        vec![message("held", T0, T0), message("free", T0 + 1, T0)],
+    )
+    .await;
+    let held = store
+        .message_receive(receive_params(dlq, T0, 1, 10_000))
+        .await
+        .unwrap();
+    assert_eq!(held.messages[0].body, "held");
+    let created = store
+        .move_task_create(MoveTaskCreateParams {
+            handle: "task-1".into(),
+            source_queue_id: dlq,
+            source_arn: "arn:dlq".into(),
+            destination_arn: Some("arn:home".into()),
+            rate: None,
+            now: T0,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(created, MoveTaskCreateOutcome::Created(ref task) if task.to_move == 2));
+    let again = store
+        .move_task_create(MoveTaskCreateParams {
+            handle: "task-2".into(),
+            source_queue_id: dlq,
+            source_arn: "arn:dlq".into(),
+            destination_arn: None,
+            rate: None,
+            now: T0,
+        })
+        .await
+        .unwrap();
+    assert_eq!(again, MoveTaskCreateOutcome::AlreadyRunning);
+    let step = |now: i64| MoveTaskStepParams {
+        handle: "task-1".into(),
+        now,
+        limit: 10,
+        destination: MoveDestination::Queue(home),
+    };
+    let first = store.move_task_step(step(T0 + 1_000)).await.unwrap();
+    assert_eq!(
+        (first.moved, first.finished),
+        (0, false),
+        "the task waits at the held message"
+    );
+    insert(store, dlq, vec![message("late", T0 + 2_000, T0 + 2_000)]).await;
+    let second = store.move_task_step(step(T0 + 10_000)).await.unwrap();
+    assert_eq!(
+        (second.moved, second.finished),
+        (2, true),
+        "held then free move once the lease ends"
+    );
+    let home_bodies: Vec<String> = store
+        .message_receive(receive_params(home, T0 + 10_000, 10, 1_000))
+        .await
+        .unwrap()
+        .messages
+        .into_iter()
+        .map(|message| message.body)
+        .collect();
+    assert_eq!(home_bodies, ["held", "free"]);
+    let left = store
+        .message_receive(receive_params(dlq, T0 + 10_000, 10, 1_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        left.messages.len(),
+        1,
+        "a message that arrived after the start stays"
+    );
+    assert_eq!(left.messages[0].body, "late");
 }
 
 pub async fn writes_to_a_deleted_queue_fail_cleanly(fixture: Fixture) {
@@ -707,6 +791,7 @@ macro_rules! store_conformance {
             purge_empties_once_per_cooldown,
             writes_to_a_deleted_queue_fail_cleanly,
             receive_moves_messages_past_the_limit_to_the_dead_letter_queue,
+            move_tasks_move_visible_messages_once_and_wait_for_held_ones,
             a_missing_dead_letter_queue_moves_nothing,
             stats_split_visible_in_flight_and_delayed,
         );

@@ -17,8 +17,9 @@ use crate::store::{
     QueueRecord, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage,
 };
 
-/// Most expired messages one receive drops; the retention sweeper does the rest.
-const MAX_EXPIRED_PER_RECEIVE: usize = 1_000;
+/// Most messages one receive expires or dead-letters; later receives and the
+/// retention sweeper do the rest, so one receive never holds the writer long.
+const MAX_DROPPED_PER_RECEIVE: usize = 1_000;
 
 pub(crate) fn database_error(
     operation: &'static str,
@@ -231,6 +232,52 @@ fn queue_exists(connection: &Connection, queue_id: i64) -> Result<bool, StoreErr
         .map_err(database_error("queue exists"))
 }
 
+/// Where [`relocate`] puts a message.
+struct Relocation<'a> {
+    queue_id: i64,
+    visible_at: i64,
+    /// Recorded as `DeadLetterQueueSourceArn`; `None` clears it.
+    dead_letter_source_arn: Option<&'a str>,
+    /// A redriven message starts its receives over.
+    reset_receives: bool,
+}
+
+/// Moves a message to another queue under a new sequence number, in the
+/// caller's transaction: it is in exactly one queue at every instant, and
+/// no receipt handle issued before the move can ever act on it again (a
+/// handle names the sequence number, and sequence numbers are never reused).
+fn relocate(connection: &Connection, seq: i64, to: &Relocation<'_>) -> Result<(), StoreError> {
+    connection
+        .prepare_cached(
+            "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
+                 md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at,
+                 receive_count, first_received_at, dead_letter_source_arn, failure_count,
+                 first_failure_at, last_failure_at, last_failure_class, last_failure_message)
+             SELECT ?2, message_id, body, attributes, md5_of_body, md5_of_attributes,
+                 trace_header, group_id, sender_id, sent_at, ?3,
+                 CASE WHEN ?5 THEN 0 ELSE receive_count END,
+                 CASE WHEN ?5 THEN NULL ELSE first_received_at END,
+                 ?4, failure_count, first_failure_at, last_failure_at, last_failure_class,
+                 last_failure_message
+             FROM messages WHERE seq = ?1",
+        )
+        .and_then(|mut insert| {
+            insert.execute(params![
+                seq,
+                to.queue_id,
+                to.visible_at,
+                to.dead_letter_source_arn,
+                to.reset_receives
+            ])
+        })
+        .map_err(database_error("relocate: copy"))?;
+    connection
+        .prepare_cached("DELETE FROM messages WHERE seq = ?1")
+        .and_then(|mut delete| delete.execute([seq]))
+        .map_err(database_error("relocate: remove"))?;
+    Ok(())
+}
+
 pub(crate) fn message_insert_batch(
     connection: &Connection,
     params: &MessageInsertParams,
@@ -329,15 +376,6 @@ pub(crate) fn message_receive(
     let mut expire = connection
         .prepare_cached("DELETE FROM messages WHERE seq = ?1")
         .map_err(database_error("message_receive: prepare expire"))?;
-    // The move to the dead-letter queue is one UPDATE of the row's queue: the
-    // message is in exactly one queue at every instant, keeping its id, body,
-    // attributes and original SentTimestamp.
-    let mut dead_letter = connection
-        .prepare_cached(
-            "UPDATE messages SET queue_id = ?2, visible_at = ?3, dead_letter_source_arn = ?4
-             WHERE seq = ?1",
-        )
-        .map_err(database_error("message_receive: prepare dead-letter"))?;
     // A dead-letter queue deleted meanwhile moves nothing: the message stays
     // where it is and keeps being delivered, never dropped.
     let dead_letter_target = match &params.dead_letter {
@@ -347,7 +385,7 @@ pub(crate) fn message_receive(
 
     let mut outcome = ReceiveOutcome::default();
     let wanted = params.max_messages as usize;
-    let mut expired_seen = 0usize;
+    let mut dropped = 0usize;
     // A lease of zero seconds leaves a message visible, so a later round of
     // this loop could meet it again: `leased` keeps one receive from returning
     // a message twice. Expired messages are dropped as they are met, which is
@@ -374,12 +412,12 @@ pub(crate) fn message_receive(
             }
             progressed = true;
             if message.sent_at <= params.expired_at_or_before {
-                if expired_seen >= MAX_EXPIRED_PER_RECEIVE {
+                if dropped >= MAX_DROPPED_PER_RECEIVE {
                     // Leave the rest to the retention sweeper rather than hold
                     // the writer (and every other queue) for a huge backlog.
                     break;
                 }
-                expired_seen += 1;
+                dropped += 1;
                 expire
                     .execute([message.seq])
                     .map_err(database_error("message_receive: expire"))?;
@@ -389,14 +427,22 @@ pub(crate) fn message_receive(
             if let Some(target) = dead_letter_target
                 .filter(|target| message.receive_count >= target.max_receive_count)
             {
-                dead_letter
-                    .execute(params![
-                        message.seq,
-                        target.queue_id,
-                        params.now,
-                        target.source_arn
-                    ])
-                    .map_err(database_error("message_receive: dead-letter"))?;
+                if dropped >= MAX_DROPPED_PER_RECEIVE {
+                    break;
+                }
+                dropped += 1;
+                // Keeps id, body, attributes, original SentTimestamp and the
+                // receive count; see `relocate`.
+                relocate(
+                    connection,
+                    message.seq,
+                    &Relocation {
+                        queue_id: target.queue_id,
+                        visible_at: params.now,
+                        dead_letter_source_arn: Some(&target.source_arn),
+                        reset_receives: false,
+                    },
+                )?;
                 outcome.dead_lettered += 1;
                 continue;
             }
@@ -410,7 +456,7 @@ pub(crate) fn message_receive(
             message.first_received_at.get_or_insert(params.now);
             outcome.messages.push(message);
         }
-        if !progressed || expired_seen >= MAX_EXPIRED_PER_RECEIVE {
+        if !progressed || dropped >= MAX_DROPPED_PER_RECEIVE {
             break;
         }
     }
@@ -561,13 +607,16 @@ pub(crate) fn message_nack(
     let exhausted = dead_letter.is_some_and(|target| receive_count >= target.max_receive_count);
     match dead_letter {
         Some(target) if params.permanent || exhausted => {
-            connection
-                .prepare_cached(
-                    "UPDATE messages SET queue_id = ?2, visible_at = ?3, dead_letter_source_arn = ?4
-                     WHERE seq = ?1",
-                )
-                .and_then(|mut update| update.execute(params![params.lease.seq, target.queue_id, params.now, target.source_arn]))
-                .map_err(database_error("message_nack: dead-letter"))?;
+            relocate(
+                connection,
+                params.lease.seq,
+                &Relocation {
+                    queue_id: target.queue_id,
+                    visible_at: params.now,
+                    dead_letter_source_arn: Some(&target.source_arn),
+                    reset_receives: false,
+                },
+            )?;
             Ok(NackOutcome::DeadLettered)
         }
         _ => {
@@ -710,16 +759,16 @@ pub(crate) fn move_task_step(
             ..MoveTaskStepOutcome::default()
         });
     }
-    let candidates: Vec<(i64, Option<String>)> = connection
+    let candidates: Vec<(i64, Option<String>, i64)> = connection
         .prepare_cached(
-            "SELECT seq, dead_letter_source_arn FROM messages
+            "SELECT seq, dead_letter_source_arn, visible_at FROM messages
              WHERE queue_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
         )
         .and_then(|mut select| {
             select
                 .query_map(
                     params![source_queue_id, cursor, until_seq, params.limit],
-                    |row| Ok((row.get(0)?, row.get(1)?)),
+                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
                 )?
                 .collect()
         })
@@ -727,18 +776,26 @@ pub(crate) fn move_task_step(
     let mut outcome = MoveTaskStepOutcome::default();
     let mut last_seq = cursor;
     let mut failure = None;
-    for (seq, source_arn) in &candidates {
+    let mut held = false;
+    for (seq, source_arn, visible_at) in &candidates {
+        // A message someone is working on in the dead-letter queue stays
+        // theirs: the task waits at it until the lease ends or it is deleted.
+        if *visible_at > params.now {
+            held = true;
+            break;
+        }
         let destination = match &params.destination {
             MoveDestination::Queue(queue_id) => Some(*queue_id),
             MoveDestination::OriginalSource(by_arn) => {
                 source_arn.as_ref().and_then(|arn| by_arn.get(arn).copied())
             }
+            MoveDestination::Gone => None,
         };
         let destination = match destination {
             Some(queue_id) if queue_exists(connection, queue_id)? => queue_id,
             _ => {
                 failure = Some(match &params.destination {
-                    MoveDestination::Queue(_) => {
+                    MoveDestination::Queue(_) | MoveDestination::Gone => {
                         "The destination queue no longer exists; the remaining \
                                                   messages stay in the dead-letter queue."
                             .to_owned()
@@ -753,21 +810,23 @@ pub(crate) fn move_task_step(
             }
         };
         // A redriven message starts over: fresh lease history, visible now.
-        connection
-            .prepare_cached(
-                "UPDATE messages SET queue_id = ?2, visible_at = ?3, receive_count = 0,
-                     first_received_at = NULL, dead_letter_source_arn = NULL
-                 WHERE seq = ?1",
-            )
-            .and_then(|mut update| update.execute(params![seq, destination, params.now]))
-            .map_err(database_error("move_task_step: move"))?;
+        relocate(
+            connection,
+            *seq,
+            &Relocation {
+                queue_id: destination,
+                visible_at: params.now,
+                dead_letter_source_arn: None,
+                reset_receives: true,
+            },
+        )?;
         outcome.moved += 1;
         if !outcome.destinations.contains(&destination) {
             outcome.destinations.push(destination);
         }
         last_seq = *seq;
     }
-    let exhausted = failure.is_none() && (candidates.len() as u32) < params.limit;
+    let exhausted = failure.is_none() && !held && (candidates.len() as u32) < params.limit;
     let status = match (&failure, exhausted) {
         (Some(_), _) => "FAILED",
         (None, true) => "COMPLETED",
