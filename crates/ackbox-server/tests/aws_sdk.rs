@@ -7,9 +7,10 @@ use std::time::{Duration, Instant};
 use ackbox_core::clock::ManualClock;
 use ackbox_core::digest::{md5_of_attributes, md5_of_body};
 use ackbox_core::message::{MessageAttributeValue as CoreAttribute, MessageAttributes};
+use ackbox_testkit::client::{create_queue as create, error_code as code};
 use ackbox_testkit::server::TestServer;
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::error::SdkError;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
     ChangeMessageVisibilityBatchRequestEntry, DeleteMessageBatchRequestEntry,
@@ -18,27 +19,6 @@ use aws_sdk_sqs::types::{
 };
 
 const START: i64 = 1_700_000_000_000;
-
-/// The query-compatible error code the SDK reports for a failed call.
-fn code<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
-    error: SdkError<E, R>,
-) -> String {
-    match error {
-        SdkError::ServiceError(context) => context.err().code().unwrap_or("<none>").to_owned(),
-        other => panic!("expected a service error, got {other:?}"),
-    }
-}
-
-async fn create(client: &Client, name: &str) -> String {
-    client
-        .create_queue()
-        .queue_name(name)
-        .send()
-        .await
-        .expect("CreateQueue succeeds")
-        .queue_url
-        .expect("CreateQueue returns a URL")
-}
 
 async fn manual_server() -> (TestServer, ManualClock) {
     let clock = ManualClock::new(START);

@@ -3,22 +3,11 @@
 //! PeekMessages reads a dead-letter queue without touching it; the official
 //! SDK reads the failure metadata as system attributes without breaking.
 
-use ackbox_testkit::client::call_json;
+use ackbox_testkit::client::{call_json, create_queue as create};
 use ackbox_testkit::server::TestServer;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName};
 use serde_json::{Value, json};
-
-async fn create(client: &Client, name: &str) -> String {
-    client
-        .create_queue()
-        .queue_name(name)
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap()
-}
 
 /// A source queue with a dead-letter queue after `max_receive_count` receives.
 async fn with_dead_letter_queue(client: &Client, max_receive_count: u32) -> (String, String) {

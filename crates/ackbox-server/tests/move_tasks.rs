@@ -4,21 +4,12 @@
 
 use std::time::{Duration, Instant};
 
+use ackbox_testkit::client::{error_code as code, queue_depth as depth};
 use ackbox_testkit::server::TestServer;
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 
 const ACCOUNT_ARN: &str = "arn:aws:sqs:us-east-1:000000000000";
-
-fn code<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
-    error: SdkError<E, R>,
-) -> String {
-    match error {
-        SdkError::ServiceError(context) => context.err().code().unwrap_or("<none>").to_owned(),
-        other => panic!("expected a service error, got {other:?}"),
-    }
-}
 
 struct Setup {
     source: String,
@@ -79,21 +70,6 @@ async fn dead_lettered(client: &Client, count: usize) -> Setup {
         dlq,
         dlq_arn,
     }
-}
-
-async fn depth(client: &Client, url: &str) -> usize {
-    let attributes = client
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
-        .send()
-        .await
-        .unwrap();
-    let attributes = attributes.attributes().unwrap();
-    let count = |name: &QueueAttributeName| attributes[name].parse::<usize>().unwrap();
-    count(&QueueAttributeName::ApproximateNumberOfMessages)
-        + count(&QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
 }
 
 /// Polls ListMessageMoveTasks until the newest task leaves RUNNING.

@@ -67,3 +67,60 @@ pub async fn call_json(
     };
     (status, json)
 }
+
+/// The error code the SDK reports for a failed call: for SQS, the
+/// query-compatible code (`AWS.SimpleQueueService.NonExistentQueue`, …).
+///
+/// # Panics
+/// When the call did not fail with a service error (a timeout, say).
+pub fn error_code<E, R>(error: aws_sdk_sqs::error::SdkError<E, R>) -> String
+where
+    E: aws_sdk_sqs::error::ProvideErrorMetadata + std::fmt::Debug,
+    R: std::fmt::Debug,
+{
+    match error {
+        aws_sdk_sqs::error::SdkError::ServiceError(context) => {
+            context.err().code().unwrap_or("<none>").to_owned()
+        }
+        other => panic!("expected a service error, got {other:?}"),
+    }
+}
+
+/// Creates a queue with default attributes; returns its URL.
+///
+/// # Panics
+/// When the queue cannot be created.
+pub async fn create_queue(client: &Client, name: &str) -> String {
+    client
+        .create_queue()
+        .queue_name(name)
+        .send()
+        .await
+        .expect("CreateQueue succeeds")
+        .queue_url
+        .expect("CreateQueue returns a URL")
+}
+
+/// Visible plus in-flight messages of a queue.
+///
+/// # Panics
+/// When the attributes cannot be read.
+pub async fn queue_depth(client: &Client, url: &str) -> usize {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    let output = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .expect("GetQueueAttributes succeeds");
+    let attributes = output.attributes().expect("attributes are returned");
+    [
+        QueueAttributeName::ApproximateNumberOfMessages,
+        QueueAttributeName::ApproximateNumberOfMessagesNotVisible,
+    ]
+    .iter()
+    .map(|name| attributes[name].parse::<usize>().expect("a count"))
+    .sum()
+}

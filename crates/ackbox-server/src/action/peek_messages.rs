@@ -1,13 +1,11 @@
 //! `AckBox.PeekMessages` (extension): read messages without leasing them;
 //! see `docs/protocol-extensions.md`.
 
-use std::collections::BTreeMap;
-
-use ackbox_core::message::MessageAttributes;
-use ackbox_engine::receive::{MessageView, ReceiveRequest};
+use ackbox_engine::receive::ReceiveRequest;
 use serde::{Deserialize, Serialize};
 
 use super::RequestContext;
+use super::receive_message::Message;
 use crate::error::ApiError;
 
 /// PeekMessages request.
@@ -27,54 +25,13 @@ pub struct Request {
     pub message_attribute_names: Vec<String>,
 }
 
-/// One message, as ReceiveMessage shapes it but without a receipt handle.
-#[derive(Debug, Serialize)]
-pub struct PeekedMessage {
-    /// The message id.
-    #[serde(rename = "MessageId")]
-    pub message_id: String,
-    /// MD5 of the body.
-    #[serde(rename = "MD5OfBody")]
-    pub md5_of_body: String,
-    /// The body.
-    #[serde(rename = "Body")]
-    pub body: String,
-    /// Requested system attributes.
-    #[serde(rename = "Attributes", skip_serializing_if = "BTreeMap::is_empty")]
-    pub attributes: BTreeMap<String, String>,
-    /// MD5 of the returned message attributes.
-    #[serde(
-        rename = "MD5OfMessageAttributes",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub md5_of_message_attributes: Option<String>,
-    /// Requested message attributes.
-    #[serde(
-        rename = "MessageAttributes",
-        skip_serializing_if = "MessageAttributes::is_empty"
-    )]
-    pub message_attributes: MessageAttributes,
-}
-
-impl From<MessageView> for PeekedMessage {
-    fn from(view: MessageView) -> Self {
-        Self {
-            message_id: view.message_id,
-            md5_of_body: view.md5_of_body,
-            body: view.body,
-            attributes: view.attributes,
-            md5_of_message_attributes: view.md5_of_message_attributes,
-            message_attributes: view.message_attributes,
-        }
-    }
-}
-
 /// PeekMessages response.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Response {
-    /// The messages, oldest first.
-    pub messages: Vec<PeekedMessage>,
+    /// The messages, oldest first, shaped as ReceiveMessage shapes them
+    /// but without receipt handles.
+    pub messages: Vec<Message>,
 }
 
 /// Runs PeekMessages.
@@ -90,6 +47,6 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
         .peek_messages(&name, request.max_number_of_messages, &view)
         .await?;
     Ok(Response {
-        messages: messages.into_iter().map(PeekedMessage::from).collect(),
+        messages: messages.into_iter().map(Message::from).collect(),
     })
 }

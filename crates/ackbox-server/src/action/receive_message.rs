@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use ackbox_core::message::MessageAttributes;
-use ackbox_engine::receive::{ReceiveRequest, ReceivedMessage};
+use ackbox_engine::receive::{MessageView, ReceiveRequest, ReceivedMessage};
 use serde::{Deserialize, Serialize};
 
 use super::RequestContext;
@@ -38,15 +38,15 @@ pub struct Request {
     pub receive_request_attempt_id: Option<String>,
 }
 
-/// One message on the wire.
+/// One message on the wire (ReceiveMessage, and PeekMessages without a handle).
 #[derive(Debug, Serialize)]
 pub struct Message {
     /// The message id.
     #[serde(rename = "MessageId")]
     pub message_id: String,
-    /// The handle of this lease.
-    #[serde(rename = "ReceiptHandle")]
-    pub receipt_handle: String,
+    /// The handle of this lease; absent when the message was only peeked.
+    #[serde(rename = "ReceiptHandle", skip_serializing_if = "Option::is_none")]
+    pub receipt_handle: Option<String>,
     /// MD5 of the body.
     #[serde(rename = "MD5OfBody")]
     pub md5_of_body: String,
@@ -74,12 +74,26 @@ impl From<ReceivedMessage> for Message {
     fn from(message: ReceivedMessage) -> Self {
         Self {
             message_id: message.message_id,
-            receipt_handle: message.receipt_handle,
+            receipt_handle: Some(message.receipt_handle),
             md5_of_body: message.md5_of_body,
             body: message.body,
             attributes: message.attributes,
             md5_of_message_attributes: message.md5_of_message_attributes,
             message_attributes: message.message_attributes,
+        }
+    }
+}
+
+impl From<MessageView> for Message {
+    fn from(view: MessageView) -> Self {
+        Self {
+            message_id: view.message_id,
+            receipt_handle: None,
+            md5_of_body: view.md5_of_body,
+            body: view.body,
+            attributes: view.attributes,
+            md5_of_message_attributes: view.md5_of_message_attributes,
+            message_attributes: view.message_attributes,
         }
     }
 }
