@@ -9,12 +9,13 @@ use std::collections::BTreeMap;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::store::{
-    ChangeVisibilityOutcome, DeleteOutcome, FailureRecord, MessageChangeVisibilityParams,
-    MessageDeleteParams, MessageExpireParams, MessageInsertParams, MessageNackParams,
-    MessagePeekParams, MessageReceiveParams, MoveDestination, MoveTaskCreateOutcome,
-    MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome,
-    QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams,
-    QueueRecord, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage,
+    ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureRecord,
+    MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams, MessageInsertParams,
+    MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveDestination,
+    MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome,
+    MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
+    QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueUpdateParams, ReceiveOutcome,
+    StoreError, StoredMessage,
 };
 
 /// Most messages one receive expires or dead-letters; later receives and the
@@ -278,6 +279,27 @@ fn relocate(connection: &Connection, seq: i64, to: &Relocation<'_>) -> Result<()
     Ok(())
 }
 
+/// Moves a message to its dead-letter queue, visible at once, keeping its id,
+/// body, attributes, original SentTimestamp, receive count and failure
+/// history, and recording where it came from.
+fn move_to_dead_letter_queue(
+    connection: &Connection,
+    seq: i64,
+    target: &DeadLetterTarget,
+    now: i64,
+) -> Result<(), StoreError> {
+    relocate(
+        connection,
+        seq,
+        &Relocation {
+            queue_id: target.queue_id,
+            visible_at: now,
+            dead_letter_source_arn: Some(&target.source_arn),
+            reset_receives: false,
+        },
+    )
+}
+
 pub(crate) fn message_insert_batch(
     connection: &Connection,
     params: &MessageInsertParams,
@@ -431,18 +453,7 @@ pub(crate) fn message_receive(
                     break;
                 }
                 dropped += 1;
-                // Keeps id, body, attributes, original SentTimestamp and the
-                // receive count; see `relocate`.
-                relocate(
-                    connection,
-                    message.seq,
-                    &Relocation {
-                        queue_id: target.queue_id,
-                        visible_at: params.now,
-                        dead_letter_source_arn: Some(&target.source_arn),
-                        reset_receives: false,
-                    },
-                )?;
+                move_to_dead_letter_queue(connection, message.seq, target, params.now)?;
                 outcome.dead_lettered += 1;
                 continue;
             }
@@ -607,16 +618,7 @@ pub(crate) fn message_nack(
     let exhausted = dead_letter.is_some_and(|target| receive_count >= target.max_receive_count);
     match dead_letter {
         Some(target) if params.permanent || exhausted => {
-            relocate(
-                connection,
-                params.lease.seq,
-                &Relocation {
-                    queue_id: target.queue_id,
-                    visible_at: params.now,
-                    dead_letter_source_arn: Some(&target.source_arn),
-                    reset_receives: false,
-                },
-            )?;
+            move_to_dead_letter_queue(connection, params.lease.seq, target, params.now)?;
             Ok(NackOutcome::DeadLettered)
         }
         _ => {
