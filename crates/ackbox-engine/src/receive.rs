@@ -38,9 +38,10 @@ const FAILURE_MESSAGE: &str = "AckBoxFailureMessage";
 const FAILURE_COUNT: &str = "AckBoxFailureCount";
 const FIRST_FAILURE_TIMESTAMP: &str = "AckBoxFirstFailureTimestamp";
 const LAST_FAILURE_TIMESTAMP: &str = "AckBoxLastFailureTimestamp";
+const LAST_RECEIVE_TIMESTAMP: &str = "AckBoxLastReceiveTimestamp";
 
 /// System attributes a receive may ask for.
-const SYSTEM_ATTRIBUTE_NAMES: [&str; 15] = [
+const SYSTEM_ATTRIBUTE_NAMES: [&str; 16] = [
     "All",
     "SenderId",
     "SentTimestamp",
@@ -56,6 +57,7 @@ const SYSTEM_ATTRIBUTE_NAMES: [&str; 15] = [
     FAILURE_COUNT,
     FIRST_FAILURE_TIMESTAMP,
     LAST_FAILURE_TIMESTAMP,
+    LAST_RECEIVE_TIMESTAMP,
 ];
 
 /// A ReceiveMessage request, protocol-neutral.
@@ -113,7 +115,7 @@ impl MessageView {
         let timestamp = |at: Timestamp| at.to_string();
         let failures = message.failures;
         let failed = failures.count > 0;
-        let system: [(&str, Option<String>); 12] = [
+        let system: [(&str, Option<String>); 13] = [
             ("SenderId", Some(message.sender_id)),
             ("SentTimestamp", Some(timestamp(message.sent_at))),
             (
@@ -132,6 +134,10 @@ impl MessageView {
             (FAILURE_MESSAGE, failures.last_message),
             (FIRST_FAILURE_TIMESTAMP, failures.first_at.map(timestamp)),
             (LAST_FAILURE_TIMESTAMP, failures.last_at.map(timestamp)),
+            (
+                LAST_RECEIVE_TIMESTAMP,
+                message.last_received_at.map(timestamp),
+            ),
         ];
         let attributes = system
             .into_iter()

@@ -1459,6 +1459,16 @@ async fn inv4_a_message_received_too_often_moves_to_the_dead_letter_queue_intact
         START.to_string(),
         "SentTimestamp is the original send"
     );
+    assert_eq!(
+        system[&MessageSystemAttributeName::ApproximateFirstReceiveTimestamp],
+        START.to_string(),
+        "the first receive time travels with the message"
+    );
+    assert_eq!(
+        system[&MessageSystemAttributeName::ApproximateReceiveCount],
+        "3",
+        "the receive count carries on in the dead-letter queue"
+    );
 
     let sources = client
         .list_dead_letter_source_queues()

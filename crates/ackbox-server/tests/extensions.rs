@@ -175,6 +175,22 @@ async fn a_transient_nack_retries_after_its_delay_and_counts_failures() {
         peeked["Messages"][0].get("ReceiptHandle").is_none(),
         "a peek leases nothing"
     );
+    let attributes = &peeked["Messages"][0]["Attributes"];
+    assert_eq!(attributes["ApproximateReceiveCount"], "3");
+    let first: i64 = attributes["ApproximateFirstReceiveTimestamp"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let last: i64 = attributes["AckBoxLastReceiveTimestamp"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        last >= first,
+        "the first and last receive times travel into the dead-letter queue"
+    );
 }
 
 #[tokio::test]

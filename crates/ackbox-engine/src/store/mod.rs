@@ -262,6 +262,8 @@ pub struct StoredMessage {
     pub receive_count: i64,
     /// When it was first received.
     pub first_received_at: Option<Timestamp>,
+    /// When it was last received.
+    pub last_received_at: Option<Timestamp>,
     /// In a dead-letter queue: the ARN of the queue it was moved from.
     pub dead_letter_source_arn: Option<String>,
     /// Failures consumers reported with NackMessage.

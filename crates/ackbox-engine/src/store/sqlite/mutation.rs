@@ -252,12 +252,14 @@ fn relocate(connection: &Connection, seq: i64, to: &Relocation<'_>) -> Result<()
         .prepare_cached(
             "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
                  md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at,
-                 receive_count, first_received_at, dead_letter_source_arn, failure_count,
-                 first_failure_at, last_failure_at, last_failure_class, last_failure_message)
+                 receive_count, first_received_at, last_received_at, dead_letter_source_arn,
+                 failure_count, first_failure_at, last_failure_at, last_failure_class,
+                 last_failure_message)
              SELECT ?2, message_id, body, attributes, md5_of_body, md5_of_attributes,
                  trace_header, group_id, sender_id, sent_at, ?3,
                  CASE WHEN ?5 THEN 0 ELSE receive_count END,
                  CASE WHEN ?5 THEN NULL ELSE first_received_at END,
+                 CASE WHEN ?5 THEN NULL ELSE last_received_at END,
                  ?4, failure_count, first_failure_at, last_failure_at, last_failure_class,
                  last_failure_message
              FROM messages WHERE seq = ?1",
@@ -339,7 +341,7 @@ pub(crate) fn message_insert_batch(
 const MESSAGE_COLUMNS: &str = "seq, message_id, body, attributes, md5_of_body, md5_of_attributes,
      trace_header, group_id, sender_id, sent_at, receive_count, first_received_at,
      dead_letter_source_arn, failure_count, first_failure_at, last_failure_at,
-     last_failure_class, last_failure_message";
+     last_failure_class, last_failure_message, last_received_at";
 
 pub(crate) struct MessageRow {
     message: StoredMessage,
@@ -370,6 +372,7 @@ pub(crate) fn message_row(row: &Row<'_>) -> rusqlite::Result<MessageRow> {
                 last_class: row.get(16)?,
                 last_message: row.get(17)?,
             },
+            last_received_at: row.get(18)?,
         },
     })
 }
@@ -391,7 +394,7 @@ pub(crate) fn message_receive(
         .prepare_cached(
             "UPDATE messages
              SET visible_at = ?2, receive_count = receive_count + 1,
-                 first_received_at = COALESCE(first_received_at, ?3)
+                 first_received_at = COALESCE(first_received_at, ?3), last_received_at = ?3
              WHERE seq = ?1",
         )
         .map_err(database_error("message_receive: prepare lease"))?;
@@ -465,6 +468,7 @@ pub(crate) fn message_receive(
             }
             message.receive_count += 1;
             message.first_received_at.get_or_insert(params.now);
+            message.last_received_at = Some(params.now);
             outcome.messages.push(message);
         }
         if !progressed || dropped >= MAX_DROPPED_PER_RECEIVE {
