@@ -17,13 +17,15 @@ use ackbox_core::limits::{MAX_LIST_MOVE_TASKS, MAX_MOVE_TASK_RATE};
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::store::{
-    MoveDestination, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord,
+    MoveDestination, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord,
     MoveTaskStepParams,
 };
 
 /// How often a runner moves a slice; the rate is spread over the ticks.
 const TICK: Duration = Duration::from_millis(100);
 const TICKS_PER_SECOND: i64 = 10;
+/// Most tasks one history call returns.
+const MAX_MOVE_TASK_HISTORY: i32 = 1_000;
 /// The rate when the caller names none (the highest SQS allows).
 const DEFAULT_RATE: i64 = MAX_MOVE_TASK_RATE as i64;
 
@@ -48,6 +50,10 @@ pub struct MoveTask {
     pub failure_reason: Option<String>,
     /// When it started, epoch milliseconds.
     pub started_at: Timestamp,
+    /// When it ended, epoch milliseconds.
+    pub finished_at: Option<Timestamp>,
+    /// Who started it: an access key, or `anonymous`.
+    pub requested_by: String,
 }
 
 impl From<MoveTaskRecord> for MoveTask {
@@ -62,6 +68,8 @@ impl From<MoveTaskRecord> for MoveTask {
             to_move: record.to_move,
             failure_reason: record.failure_reason,
             started_at: record.started_at,
+            finished_at: record.finished_at,
+            requested_by: record.requested_by,
         }
     }
 }
@@ -105,6 +113,7 @@ impl Engine {
         source_arn: &str,
         destination_arn: Option<&str>,
         rate: Option<i32>,
+        requested_by: &str,
     ) -> Result<String, EngineError> {
         if let Some(rate) = rate
             && !(1..=MAX_MOVE_TASK_RATE).contains(&rate)
@@ -162,13 +171,14 @@ impl Engine {
                 source_arn: source_arn.to_owned(),
                 destination_arn: destination_arn.map(str::to_owned),
                 rate: rate.map(i64::from),
+                requested_by: requested_by.to_owned(),
                 now: self.now(),
             })
             .await?;
         match outcome {
             MoveTaskCreateOutcome::Created(record) => {
                 tracing::info!(task = %handle, source = %source_arn, destination = ?destination_arn, to_move = record.to_move, "message move task started");
-                self.spawn_move_task(record);
+                self.spawn_move_task(*record);
                 Ok(handle)
             }
             MoveTaskCreateOutcome::AlreadyRunning => Err(SqsError::new(
@@ -207,8 +217,35 @@ impl Engine {
         let tasks = self
             .inner
             .store
-            .move_task_list(Some(source_arn), limit)
+            .move_task_list(MoveTaskFilter::Source(source_arn.to_owned()), limit)
             .await?;
+        Ok(tasks.into_iter().map(MoveTask::from).collect())
+    }
+
+    /// The redrive audit log (an ackbox extension): every move task ever
+    /// started, of one source or of all, newest first (1..=1000, default 100).
+    pub async fn move_task_history(
+        &self,
+        source_arn: Option<&str>,
+        max_results: Option<i32>,
+    ) -> Result<Vec<MoveTask>, EngineError> {
+        let limit = match max_results {
+            None => 100,
+            Some(max) if (1..=MAX_MOVE_TASK_HISTORY).contains(&max) => max.unsigned_abs(),
+            Some(max) => {
+                return Err(SqsError::invalid_parameter(
+                    "MaxResults",
+                    max,
+                    &format!("Must be between 1 and {MAX_MOVE_TASK_HISTORY}, if provided."),
+                )
+                .into());
+            }
+        };
+        let filter = match source_arn {
+            Some(arn) => MoveTaskFilter::Source(arn.to_owned()),
+            None => MoveTaskFilter::All,
+        };
+        let tasks = self.inner.store.move_task_list(filter, limit).await?;
         Ok(tasks.into_iter().map(MoveTask::from).collect())
     }
 
@@ -226,7 +263,12 @@ impl Engine {
 
     /// Restarts the runners of tasks that were running at the last stop.
     pub(crate) async fn resume_move_tasks(&self) -> Result<(), EngineError> {
-        for record in self.inner.store.move_task_list(None, u32::MAX).await? {
+        for record in self
+            .inner
+            .store
+            .move_task_list(MoveTaskFilter::Running, u32::MAX)
+            .await?
+        {
             tracing::info!(task = %record.handle, moved = record.moved, "resuming message move task");
             self.spawn_move_task(record);
         }

@@ -66,6 +66,8 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
         let context = RequestContext {
             base_url: base_url(&parts.headers, &state.fallback_base_url),
             sender_id: state.engine.realm().account_id.clone(),
+            // Requests carry no verified identity until SigV4 lands.
+            principal: "anonymous".to_owned(),
             engine: state.engine.clone(),
         };
         let started = std::time::Instant::now();

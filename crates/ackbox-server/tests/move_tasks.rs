@@ -240,6 +240,23 @@ async fn a_running_task_resumes_after_a_restart() {
     assert_eq!(finished.approximate_number_of_messages_moved(), 30);
     assert_eq!(depth(&client, &setup.source).await, 30);
     assert_eq!(depth(&client, &setup.dlq).await, 0);
+
+    // The audit log survives the restart and tells who ran what.
+    let (status, history) = ackbox_testkit::client::call_json(
+        &server.url(),
+        "AckBox.ListMoveTaskHistory",
+        &serde_json::json!({ "SourceArn": setup.dlq_arn }),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let audit = &history["Tasks"][0];
+    assert_eq!(audit["RequestedBy"], "anonymous");
+    assert_eq!(audit["Status"], "COMPLETED");
+    assert_eq!(audit["MaxNumberOfMessagesPerSecond"], 20);
+    assert_eq!(audit["ApproximateNumberOfMessagesMoved"], 30);
+    assert!(
+        audit["FinishedTimestamp"].as_i64().unwrap() >= audit["StartedTimestamp"].as_i64().unwrap()
+    );
 }
 
 #[tokio::test]

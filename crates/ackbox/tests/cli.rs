@@ -240,6 +240,24 @@ fn dead_letter_queues_can_be_inspected_and_redriven_from_the_cli() {
     .unwrap();
     assert_eq!(status["Results"][0]["Status"], "COMPLETED");
 
+    let history: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["redrive", "history", "--json"],
+    )))
+    .unwrap();
+    let audit = &history["Tasks"][0];
+    assert_eq!(audit["RequestedBy"], "anonymous");
+    assert_eq!(audit["Status"], "COMPLETED");
+    assert_eq!(audit["ApproximateNumberOfMessagesMoved"], 1);
+    assert!(audit["FinishedTimestamp"].as_i64().is_some());
+    let human = ok_stdout(ackbox(
+        &endpoint,
+        &["redrive", "history", "--source", "dlq"],
+    ));
+    assert!(
+        human.contains("by anonymous") && human.contains("COMPLETED"),
+        "{human}"
+    );
     let cancel = ackbox(&endpoint, &["redrive", "cancel", "no-such-task"]);
     assert!(!cancel.status.success());
     assert!(String::from_utf8_lossy(&cancel.stderr).contains("ResourceNotFoundException"));

@@ -1,5 +1,5 @@
 -- Message move tasks (StartMessageMoveTask): durable, so a restart resumes
--- them. Each step moves messages and advances the cursor in one transaction,
+-- them, and never deleted, so the table is the redrive audit log. Each step moves messages and advances the cursor in one transaction,
 -- so a crash never moves a message twice or loses one.
 CREATE TABLE move_tasks (
     handle          TEXT    PRIMARY KEY,
@@ -14,6 +14,7 @@ CREATE TABLE move_tasks (
     cursor_seq      INTEGER NOT NULL DEFAULT 0,
     to_move         INTEGER NOT NULL,
     moved           INTEGER NOT NULL DEFAULT 0,
-    failure_reason  TEXT
+    failure_reason  TEXT,
+    requested_by    TEXT    NOT NULL         -- access key, or 'anonymous': the audit trail
 );
 CREATE INDEX move_tasks_by_source ON move_tasks (source_arn, started_at);

@@ -447,6 +447,19 @@ pub struct MoveTaskRecord {
     pub moved: i64,
     /// Why it failed.
     pub failure_reason: Option<String>,
+    /// Who started it: an access key, or `anonymous`.
+    pub requested_by: String,
+}
+
+/// Which move tasks [`Store::move_task_list`] returns, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MoveTaskFilter {
+    /// Every running task (to resume them at start).
+    Running,
+    /// Every task of one source queue.
+    Source(String),
+    /// Every task ever started (the audit log).
+    All,
 }
 
 /// Parameters of [`Store::move_task_create`].
@@ -462,6 +475,8 @@ pub struct MoveTaskCreateParams {
     pub destination_arn: Option<String>,
     /// Messages per second, if the caller chose.
     pub rate: Option<i64>,
+    /// Who starts it, for the audit log.
+    pub requested_by: String,
     /// The current time.
     pub now: Timestamp,
 }
@@ -470,7 +485,7 @@ pub struct MoveTaskCreateParams {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MoveTaskCreateOutcome {
     /// The task exists and is running.
-    Created(MoveTaskRecord),
+    Created(Box<MoveTaskRecord>),
     /// Another task on the same source is running; nothing changed.
     AlreadyRunning,
 }
@@ -575,10 +590,10 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         handle: &str,
         now: Timestamp,
     ) -> Result<Option<MoveTaskRecord>, StoreError>;
-    /// Tasks of a source, newest first; or every running task when `source_arn` is `None`.
+    /// Move tasks matching `filter`, newest first, at most `limit`.
     async fn move_task_list(
         &self,
-        source_arn: Option<&str>,
+        filter: MoveTaskFilter,
         limit: u32,
     ) -> Result<Vec<MoveTaskRecord>, StoreError>;
     /// Drops messages that outlived retention; returns how many.

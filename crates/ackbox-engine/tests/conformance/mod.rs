@@ -613,6 +613,7 @@ pub async fn move_tasks_move_visible_messages_once_and_wait_for_held_ones(fixtur
             source_arn: "arn:dlq".into(),
             destination_arn: Some("arn:home".into()),
             rate: None,
+            requested_by: "anonymous".into(),
             now: T0,
         })
         .await
@@ -625,6 +626,7 @@ pub async fn move_tasks_move_visible_messages_once_and_wait_for_held_ones(fixtur
             source_arn: "arn:dlq".into(),
             destination_arn: None,
             rate: None,
+            requested_by: "anonymous".into(),
             now: T0,
         })
         .await

@@ -26,6 +26,7 @@ pub mod get_queue_attributes;
 pub mod get_queue_url;
 pub mod list_dead_letter_source_queues;
 pub mod list_message_move_tasks;
+pub mod list_move_task_history;
 pub mod list_queue_tags;
 pub mod list_queues;
 pub mod nack_message;
@@ -48,6 +49,9 @@ pub struct RequestContext {
     pub base_url: String,
     /// The caller's identity, reported as `SenderId`.
     pub sender_id: String,
+    /// Who the caller is for audit records: an access key, or `anonymous`
+    /// while requests are not authenticated.
+    pub principal: String,
 }
 
 impl RequestContext {
@@ -137,4 +141,5 @@ actions! {
     "AmazonSQS" CancelMessageMoveTask => cancel_message_move_task,
     "AckBox" NackMessage => nack_message,
     "AckBox" PeekMessages => peek_messages,
+    "AckBox" ListMoveTaskHistory => list_move_task_history,
 }

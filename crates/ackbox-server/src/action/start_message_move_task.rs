@@ -35,6 +35,7 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
             &request.source_arn,
             request.destination_arn.as_deref(),
             request.max_number_of_messages_per_second,
+            &context.principal,
         )
         .await?;
     Ok(Response { task_handle })

@@ -44,6 +44,15 @@ enum RedriveCommand {
         #[arg(short = 'n', long, default_value_t = 5)]
         count: i32,
     },
+    /// The audit log: every move task ever started, who started it and how it ended.
+    History {
+        /// Only the tasks of this dead-letter queue.
+        #[arg(long)]
+        source: Option<String>,
+        /// How many, newest first (1..=1000).
+        #[arg(short = 'n', long, default_value_t = 20)]
+        count: i32,
+    },
     /// Cancel a running task.
     Cancel {
         /// The handle `redrive start` printed.
@@ -167,6 +176,41 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                     return format!("no move tasks for {source}");
                 }
                 tasks.iter().map(describe).collect::<Vec<_>>().join("\n")
+            });
+        }
+        RedriveCommand::History { source, count } => {
+            let mut request = json!({ "MaxResults": count });
+            if let Some(source) = &source {
+                request["SourceArn"] = json!(queue_arn(&client, source).await?);
+            }
+            let reply = client.call("AckBox.ListMoveTaskHistory", &request).await?;
+            print(json_output, &reply, || {
+                let tasks = reply["Tasks"].as_array().cloned().unwrap_or_default();
+                if tasks.is_empty() {
+                    return "no move tasks yet".to_owned();
+                }
+                tasks
+                    .iter()
+                    .map(|task| {
+                        format!(
+                            "{} by {}  {} -> {}  rate {}  ended {}\n    {}",
+                            task["StartedTimestamp"],
+                            task["RequestedBy"].as_str().unwrap_or("?"),
+                            task["SourceArn"].as_str().unwrap_or("?"),
+                            task["DestinationArn"]
+                                .as_str()
+                                .unwrap_or("(original sources)"),
+                            task["MaxNumberOfMessagesPerSecond"]
+                                .as_i64()
+                                .map_or("default".to_owned(), |rate| format!("{rate}/s")),
+                            task["FinishedTimestamp"]
+                                .as_i64()
+                                .map_or("-".to_owned(), |at| at.to_string()),
+                            describe(task),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
             });
         }
         RedriveCommand::Cancel { handle } => {

@@ -14,10 +14,11 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 use crate::store::{
     ChangeVisibilityOutcome, DeleteOutcome, MessageChangeVisibilityParams, MessageDeleteParams,
     MessageExpireParams, MessageInsertParams, MessageNackParams, MessagePeekParams,
-    MessageReceiveParams, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord,
-    MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams,
-    QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueStats,
-    QueueStatsParams, QueueUpdateParams, ReceiveOutcome, Store, StoreError, StoredMessage,
+    MessageReceiveParams, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter,
+    MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome,
+    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
+    QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome, Store, StoreError,
+    StoredMessage,
 };
 
 mod checkpoint;
@@ -341,25 +342,40 @@ impl Store for SqliteStore {
 
     async fn move_task_list(
         &self,
-        source_arn: Option<&str>,
+        filter: MoveTaskFilter,
         limit: u32,
     ) -> Result<Vec<MoveTaskRecord>, StoreError> {
-        let source_arn = source_arn.map(str::to_owned);
         self.read(move |connection| {
-            let sql = format!(
-                "SELECT {} FROM move_tasks
-                 WHERE (?1 IS NULL AND status = 'RUNNING') OR source_arn = ?1
-                 ORDER BY started_at DESC, rowid DESC LIMIT ?2",
-                mutation::MOVE_TASK_COLUMNS
-            );
-            connection
-                .prepare_cached(&sql)
-                .and_then(|mut select| {
-                    select
-                        .query_map(params![source_arn, limit], mutation::move_task_row)?
-                        .collect::<Result<Vec<_>, _>>()
-                })
-                .map_err(database_error("move_task_list"))
+            let columns = mutation::MOVE_TASK_COLUMNS;
+            let order = "ORDER BY started_at DESC, rowid DESC";
+            let query = |sql: String, values: &[&dyn rusqlite::ToSql]| {
+                connection
+                    .prepare_cached(&sql)
+                    .and_then(|mut select| {
+                        select
+                            .query_map(values, mutation::move_task_row)?
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                    .map_err(database_error("move_task_list"))
+            };
+            match filter {
+                MoveTaskFilter::Running => query(
+                    format!(
+                        "SELECT {columns} FROM move_tasks WHERE status = 'RUNNING' {order} LIMIT ?1"
+                    ),
+                    &[&limit],
+                ),
+                MoveTaskFilter::Source(arn) => query(
+                    format!(
+                        "SELECT {columns} FROM move_tasks WHERE source_arn = ?1 {order} LIMIT ?2"
+                    ),
+                    &[&arn, &limit],
+                ),
+                MoveTaskFilter::All => query(
+                    format!("SELECT {columns} FROM move_tasks {order} LIMIT ?1"),
+                    &[&limit],
+                ),
+            }
         })
         .await
     }

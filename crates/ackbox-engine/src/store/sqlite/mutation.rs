@@ -666,7 +666,7 @@ pub(crate) fn message_peek(
 
 pub(crate) const MOVE_TASK_COLUMNS: &str =
     "handle, source_queue_id, source_arn, destination_arn, rate, status,
-     started_at, finished_at, to_move, moved, failure_reason";
+     started_at, finished_at, to_move, moved, failure_reason, requested_by";
 
 pub(crate) fn move_task_row(row: &Row<'_>) -> rusqlite::Result<MoveTaskRecord> {
     Ok(MoveTaskRecord {
@@ -681,6 +681,7 @@ pub(crate) fn move_task_row(row: &Row<'_>) -> rusqlite::Result<MoveTaskRecord> {
         to_move: row.get(8)?,
         moved: row.get(9)?,
         failure_reason: row.get(10)?,
+        requested_by: row.get(11)?,
     })
 }
 
@@ -720,8 +721,8 @@ pub(crate) fn move_task_create(
     connection
         .execute(
             "INSERT INTO move_tasks (handle, source_queue_id, source_arn, destination_arn, rate,
-                 status, started_at, until_seq, to_move)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', ?6, ?7, ?8)",
+                 status, started_at, until_seq, to_move, requested_by)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', ?6, ?7, ?8, ?9)",
             params![
                 params.handle,
                 params.source_queue_id,
@@ -730,12 +731,13 @@ pub(crate) fn move_task_create(
                 params.rate,
                 params.now,
                 until_seq,
-                to_move
+                to_move,
+                params.requested_by
             ],
         )
         .map_err(database_error("move_task_create: insert"))?;
     move_task_get(connection, &params.handle)?
-        .map(MoveTaskCreateOutcome::Created)
+        .map(|record| MoveTaskCreateOutcome::Created(Box::new(record)))
         .ok_or_else(|| StoreError::Corrupt {
             detail: "a move task vanished as it was created".into(),
         })

@@ -1,0 +1,64 @@
+//! `AckBox.ListMoveTaskHistory` (extension): the redrive audit log, every
+//! move task ever started; see `docs/protocol-extensions.md`.
+
+use ackbox_engine::redrive::MoveTask;
+use serde::{Deserialize, Serialize};
+
+use super::RequestContext;
+use super::list_message_move_tasks::ResultEntry;
+use crate::error::ApiError;
+
+/// ListMoveTaskHistory request.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Request {
+    /// Only the tasks of this dead-letter queue; every task when absent.
+    #[serde(default)]
+    pub source_arn: Option<String>,
+    /// 1..=1000; 100 when absent.
+    #[serde(default)]
+    pub max_results: Option<i32>,
+}
+
+/// One audit record: a ListMessageMoveTasks entry plus who and when it ended.
+#[derive(Debug, Serialize)]
+pub struct AuditEntry {
+    /// The task as ListMessageMoveTasks shows it.
+    #[serde(flatten)]
+    pub task: ResultEntry,
+    /// When it ended, epoch milliseconds.
+    #[serde(rename = "FinishedTimestamp", skip_serializing_if = "Option::is_none")]
+    pub finished_timestamp: Option<i64>,
+    /// Who started it: an access key, or `anonymous`.
+    #[serde(rename = "RequestedBy")]
+    pub requested_by: String,
+}
+
+impl From<MoveTask> for AuditEntry {
+    fn from(task: MoveTask) -> Self {
+        Self {
+            finished_timestamp: task.finished_at,
+            requested_by: task.requested_by.clone(),
+            task: task.into(),
+        }
+    }
+}
+
+/// ListMoveTaskHistory response.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct Response {
+    /// The tasks, newest first.
+    pub tasks: Vec<AuditEntry>,
+}
+
+/// Runs ListMoveTaskHistory.
+pub async fn handle(context: &RequestContext, request: Request) -> Result<Response, ApiError> {
+    let tasks = context
+        .engine
+        .move_task_history(request.source_arn.as_deref(), request.max_results)
+        .await?;
+    Ok(Response {
+        tasks: tasks.into_iter().map(AuditEntry::from).collect(),
+    })
+}
