@@ -18,3 +18,7 @@ CREATE TABLE move_tasks (
     requested_by    TEXT    NOT NULL         -- access key, or 'anonymous': the audit trail
 );
 CREATE INDEX move_tasks_by_source ON move_tasks (source_arn, started_at);
+
+-- The task that last redrove a message: a message that comes back to the
+-- dead-letter queue while that task runs is a relapse (the relapse brake).
+ALTER TABLE messages ADD COLUMN redriven_by_task TEXT;

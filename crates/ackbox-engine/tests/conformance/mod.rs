@@ -12,9 +12,9 @@ use ackbox_engine::store::{
     ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, LeaseRef,
     MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams, MessageInsertParams,
     MessageReceiveParams, MoveDestination, MoveTaskCreateOutcome, MoveTaskCreateParams,
-    MoveTaskStepParams, NewMessage, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
-    QueuePurgeOutcome, QueuePurgeParams, QueueStats, QueueStatsParams, QueueUpdateParams, Store,
-    VisibilityChange,
+    MoveTaskFilter, MoveTaskStepParams, NewMessage, QueueCreateOutcome, QueueCreateParams,
+    QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueStats, QueueStatsParams,
+    QueueUpdateParams, Store, VisibilityChange,
 };
 
 /// A store under test and whatever keeps it alive (a temp dir, a schema).
@@ -672,6 +672,72 @@ pub async fn move_tasks_move_visible_messages_once_and_wait_for_held_ones(fixtur
     assert_eq!(left.messages[0].body, "late");
 }
 
+pub async fn the_relapse_brake_stops_a_task_whose_messages_come_back(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let dlq = create(store, "dlq", T0).await;
+    let home = create(store, "home", T0).await;
+    let poison: Vec<NewMessage> = (0..20)
+        .map(|index| message(&format!("m{index}"), T0, T0))
+        .collect();
+    insert(store, dlq, poison).await;
+    store
+        .move_task_create(MoveTaskCreateParams {
+            handle: "brake".into(),
+            source_queue_id: dlq,
+            source_arn: "arn:dlq".into(),
+            destination_arn: Some("arn:home".into()),
+            rate: None,
+            requested_by: "anonymous".into(),
+            now: T0,
+        })
+        .await
+        .unwrap();
+    let step = || MoveTaskStepParams {
+        handle: "brake".into(),
+        now: T0,
+        limit: 10,
+        destination: MoveDestination::Queue(home),
+    };
+    let first = store.move_task_step(step()).await.unwrap();
+    assert_eq!((first.moved, first.finished), (10, false));
+    // Two of the ten die again at once: 20% relapse, over the 10% limit.
+    let target = DeadLetterTarget {
+        queue_id: dlq,
+        max_receive_count: 1,
+        source_arn: "arn:home".into(),
+    };
+    store
+        .message_receive(MessageReceiveParams {
+            dead_letter: Some(target.clone()),
+            ..receive_params(home, T0, 2, 0)
+        })
+        .await
+        .unwrap();
+    let relapsed = store
+        .message_receive(MessageReceiveParams {
+            dead_letter: Some(target),
+            ..receive_params(home, T0, 10, 0)
+        })
+        .await
+        .unwrap();
+    assert_eq!(relapsed.dead_lettered, 2);
+    let second = store.move_task_step(step()).await.unwrap();
+    assert!(second.finished, "the brake stopped the task");
+    let task = store
+        .move_task_list(MoveTaskFilter::Source("arn:dlq".into()), 1)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(task.status, "FAILED");
+    let reason = task.failure_reason.unwrap();
+    assert!(reason.contains("Relapse brake: 2 of the"), "{reason}");
+    assert_eq!(
+        stats(store, dlq, T0).await.visible,
+        12,
+        "the unmoved ten and the two relapses stay"
+    );
+}
+
 pub async fn writes_to_a_deleted_queue_fail_cleanly(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let id = create(store, "q", T0).await;
@@ -794,6 +860,7 @@ macro_rules! store_conformance {
             writes_to_a_deleted_queue_fail_cleanly,
             receive_moves_messages_past_the_limit_to_the_dead_letter_queue,
             move_tasks_move_visible_messages_once_and_wait_for_held_ones,
+            the_relapse_brake_stops_a_task_whose_messages_come_back,
             a_missing_dead_letter_queue_moves_nothing,
             stats_split_visible_in_flight_and_delayed,
         );

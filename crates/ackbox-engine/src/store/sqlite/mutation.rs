@@ -241,6 +241,8 @@ struct Relocation<'a> {
     dead_letter_source_arn: Option<&'a str>,
     /// A redriven message starts its receives over.
     reset_receives: bool,
+    /// The move task redriving it; `None` keeps what the message had.
+    redriven_by_task: Option<&'a str>,
 }
 
 /// Moves a message to another queue under a new sequence number, in the
@@ -254,14 +256,14 @@ fn relocate(connection: &Connection, seq: i64, to: &Relocation<'_>) -> Result<()
                  md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at,
                  receive_count, first_received_at, last_received_at, dead_letter_source_arn,
                  failure_count, first_failure_at, last_failure_at, last_failure_class,
-                 last_failure_message)
+                 last_failure_message, redriven_by_task)
              SELECT ?2, message_id, body, attributes, md5_of_body, md5_of_attributes,
                  trace_header, group_id, sender_id, sent_at, ?3,
                  CASE WHEN ?5 THEN 0 ELSE receive_count END,
                  CASE WHEN ?5 THEN NULL ELSE first_received_at END,
                  CASE WHEN ?5 THEN NULL ELSE last_received_at END,
                  ?4, failure_count, first_failure_at, last_failure_at, last_failure_class,
-                 last_failure_message
+                 last_failure_message, COALESCE(?6, redriven_by_task)
              FROM messages WHERE seq = ?1",
         )
         .and_then(|mut insert| {
@@ -270,7 +272,8 @@ fn relocate(connection: &Connection, seq: i64, to: &Relocation<'_>) -> Result<()
                 to.queue_id,
                 to.visible_at,
                 to.dead_letter_source_arn,
-                to.reset_receives
+                to.reset_receives,
+                to.redriven_by_task
             ])
         })
         .map_err(database_error("relocate: copy"))?;
@@ -298,6 +301,7 @@ fn move_to_dead_letter_queue(
             visible_at: now,
             dead_letter_source_arn: Some(&target.source_arn),
             reset_receives: false,
+            redriven_by_task: None,
         },
     )
 }
@@ -783,9 +787,13 @@ pub(crate) fn move_task_step(
         .map_err(database_error("move_task_step: candidates"))?;
     let mut outcome = MoveTaskStepOutcome::default();
     let mut last_seq = cursor;
-    let mut failure = None;
+    // Judged before moving more: a relapsing task must not feed the loop.
+    let mut failure = relapse_brake(connection, &params.handle, source_queue_id)?;
     let mut held = false;
     for (seq, source_arn, visible_at) in &candidates {
+        if failure.is_some() {
+            break;
+        }
         // A message someone is working on in the dead-letter queue stays
         // theirs: the task waits at it until the lease ends or it is deleted.
         if *visible_at > params.now {
@@ -826,6 +834,7 @@ pub(crate) fn move_task_step(
                 visible_at: params.now,
                 dead_letter_source_arn: None,
                 reset_receives: true,
+                redriven_by_task: Some(&params.handle),
             },
         )?;
         outcome.moved += 1;
@@ -860,6 +869,41 @@ pub(crate) fn move_task_step(
     outcome.finished = status != "RUNNING";
     Ok(outcome)
 }
+
+/// The relapse brake: when more than [`RELAPSE_LIMIT_PERCENT`] of the
+/// messages a task moved are back in the dead-letter queue while it runs, the
+/// cause is not fixed, and moving the rest would only feed the loop.
+fn relapse_brake(
+    connection: &Connection,
+    handle: &str,
+    source_queue_id: i64,
+) -> Result<Option<String>, StoreError> {
+    let moved: i64 = connection
+        .prepare_cached("SELECT moved FROM move_tasks WHERE handle = ?1")
+        .and_then(|mut select| select.query_row([handle], |row| row.get(0)))
+        .map_err(database_error("relapse_brake: moved"))?;
+    if moved < RELAPSE_MIN_MOVED {
+        return Ok(None);
+    }
+    let relapsed: i64 = connection
+        .prepare_cached(
+            "SELECT COUNT(*) FROM messages WHERE queue_id = ?1 AND redriven_by_task = ?2",
+        )
+        .and_then(|mut select| select.query_row(params![source_queue_id, handle], |row| row.get(0)))
+        .map_err(database_error("relapse_brake: relapsed"))?;
+    Ok((relapsed * 100 > RELAPSE_LIMIT_PERCENT * moved).then(|| {
+        format!(
+            "Relapse brake: {relapsed} of the {moved} messages this task moved came back to the \
+             dead-letter queue while it ran (more than {RELAPSE_LIMIT_PERCENT}%); the task stopped. \
+             Fix the cause, then start a new task."
+        )
+    }))
+}
+
+/// Relapses above this share of the moved messages stop a move task.
+const RELAPSE_LIMIT_PERCENT: i64 = 10;
+/// The brake judges only after this many messages have moved.
+const RELAPSE_MIN_MOVED: i64 = 10;
 
 pub(crate) fn move_task_cancel(
     connection: &Connection,
