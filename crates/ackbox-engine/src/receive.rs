@@ -26,7 +26,9 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::queue::Queue;
 use crate::send::TRACE_HEADER_ATTRIBUTE;
-use crate::store::{DeadLetterTarget, MessagePeekParams, MessageReceiveParams, StoredMessage};
+use crate::store::{
+    DeadLetterTarget, FailureClassCount, MessagePeekParams, MessageReceiveParams, StoredMessage,
+};
 
 /// Longest a waiting poller goes without looking again, in case a wake-up was
 /// lost (for example a message made visible by another node).
@@ -371,6 +373,16 @@ impl Engine {
             md5_of_message_attributes: view.md5_of_message_attributes,
             attributes: view.attributes,
         }
+    }
+
+    /// SummarizeQueue (ackbox extension): the whole queue's messages counted
+    /// by last failure class, largest first, without touching them.
+    pub async fn failure_classes(
+        &self,
+        queue_name: &QueueName,
+    ) -> Result<Vec<FailureClassCount>, EngineError> {
+        let queue = self.queue(queue_name).await?;
+        Ok(self.inner.store.message_failure_classes(queue.id).await?)
     }
 
     /// PeekMessages (ackbox extension): up to `max` messages of a queue,

@@ -191,6 +191,17 @@ async fn a_transient_nack_retries_after_its_delay_and_counts_failures() {
         last >= first,
         "the first and last receive times travel into the dead-letter queue"
     );
+
+    let (status, summary) = call_json(
+        &server.url(),
+        "AckBox.SummarizeQueue",
+        &json!({ "QueueUrl": dlq }),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(summary["Total"], 1);
+    assert_eq!(summary["Classes"][0]["Class"], "Timeout");
+    assert_eq!(summary["Classes"][0]["ExampleMessage"], "attempt 2");
 }
 
 #[tokio::test]

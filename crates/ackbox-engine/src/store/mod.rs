@@ -526,6 +526,21 @@ pub struct MoveTaskStepOutcome {
     pub finished: bool,
 }
 
+/// Messages of one failure class in a queue (empty class: no reason recorded).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailureClassCount {
+    /// The last failure class, or empty.
+    pub class: String,
+    /// How many messages.
+    pub count: i64,
+    /// When the oldest of them was sent.
+    pub oldest_sent_at: Timestamp,
+    /// When the newest of them was sent.
+    pub newest_sent_at: Timestamp,
+    /// The failure message of the oldest, as an example.
+    pub example: Option<String>,
+}
+
 /// Durable storage of queues and messages. Not semver-stable; do not implement
 /// outside this workspace.
 #[async_trait]
@@ -569,6 +584,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<ChangeVisibilityOutcome>, StoreError>;
     /// Gives up a lease with a failure: retry later, or dead-letter now.
     async fn message_nack(&self, params: MessageNackParams) -> Result<NackOutcome, StoreError>;
+    /// Counts a queue's messages by last failure class.
+    async fn message_failure_classes(
+        &self,
+        queue_id: i64,
+    ) -> Result<Vec<FailureClassCount>, StoreError>;
     /// Reads messages without leasing them, oldest first.
     async fn message_peek(
         &self,

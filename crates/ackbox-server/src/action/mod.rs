@@ -37,6 +37,7 @@ pub mod send_message;
 pub mod send_message_batch;
 pub mod set_queue_attributes;
 pub mod start_message_move_task;
+pub mod summarize_queue;
 pub mod tag_queue;
 pub mod untag_queue;
 
@@ -142,4 +143,5 @@ actions! {
     "AckBox" NackMessage => nack_message,
     "AckBox" PeekMessages => peek_messages,
     "AckBox" ListMoveTaskHistory => list_move_task_history,
+    "AckBox" SummarizeQueue => summarize_queue,
 }

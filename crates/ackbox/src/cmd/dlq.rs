@@ -1,8 +1,6 @@
 //! `ackbox dlq peek|summary`: look into a dead-letter queue without
 //! disturbing it (through `AckBox.PeekMessages`).
 
-use std::collections::BTreeMap;
-
 use serde_json::{Value, json};
 
 use crate::api_client::{ApiClient, EndpointArgs};
@@ -53,13 +51,30 @@ fn attribute<'a>(message: &'a Value, name: &str) -> &'a str {
     message["Attributes"][name].as_str().unwrap_or("")
 }
 
-/// One class's line of the summary.
-#[derive(Debug, Default, serde::Serialize)]
-struct ClassSummary {
-    count: u64,
-    oldest_sent: Option<i64>,
-    newest_sent: Option<i64>,
-    example: String,
+/// The whole queue counted by failure class (`AckBox.SummarizeQueue`).
+pub(crate) async fn summarize(client: &ApiClient, queue_url: &str) -> anyhow::Result<Value> {
+    client
+        .call("AckBox.SummarizeQueue", &json!({ "QueueUrl": queue_url }))
+        .await
+}
+
+/// The human rendering of a summary.
+pub(crate) fn render_summary(queue: &str, summary: &Value) -> String {
+    let mut lines = vec![format!("{queue}: {} messages", summary["Total"])];
+    for class in summary["Classes"].as_array().into_iter().flatten() {
+        let name = match class["Class"].as_str().unwrap_or_default() {
+            "" => "(no reason given)",
+            name => name,
+        };
+        lines.push(format!(
+            "  {name:<32} {:>8}  sent {} .. {}  e.g. {}",
+            class["Count"],
+            class["OldestSentTimestamp"],
+            class["NewestSentTimestamp"],
+            class["ExampleMessage"].as_str().unwrap_or("-"),
+        ));
+    }
+    lines.join("\n")
 }
 
 /// Runs `ackbox dlq …`.
@@ -92,52 +107,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         }
         DlqCommand::Summary { queue } => {
             let url = client.queue_url(&queue).await?;
-            let depth: u64 = client
-                .call("GetQueueAttributes", &json!({ "QueueUrl": url, "AttributeNames": ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"] }))
-                .await?["Attributes"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter_map(|(_, value)| value.as_str()?.parse::<u64>().ok())
-                .sum();
-            let messages = peek(&client, &url, 100).await?;
-            let mut classes: BTreeMap<String, ClassSummary> = BTreeMap::new();
-            for message in &messages {
-                let class = match attribute(message, "AckBoxFailureClass") {
-                    "" => "(no reason given)".to_owned(),
-                    class => class.to_owned(),
-                };
-                let sent = attribute(message, "SentTimestamp").parse::<i64>().ok();
-                let entry = classes.entry(class).or_default();
-                entry.count += 1;
-                entry.oldest_sent = entry.oldest_sent.min(sent).or(sent);
-                entry.newest_sent = entry.newest_sent.max(sent);
-                if entry.example.is_empty() {
-                    entry.example = attribute(message, "AckBoxFailureMessage").to_owned();
-                }
-            }
-            let sampled = messages.len();
-            let reply =
-                json!({ "Queue": queue, "Depth": depth, "Sampled": sampled, "Classes": classes });
-            print(json_output, &reply, || {
-                let mut lines = vec![format!(
-                    "{queue}: {depth} messages (classes from the oldest {sampled})"
-                )];
-                for (class, summary) in &classes {
-                    lines.push(format!(
-                        "  {class:<32} {:>6}  oldest sent {}  newest sent {}  e.g. {}",
-                        summary.count,
-                        summary
-                            .oldest_sent
-                            .map_or("-".to_owned(), |at| at.to_string()),
-                        summary
-                            .newest_sent
-                            .map_or("-".to_owned(), |at| at.to_string()),
-                        summary.example
-                    ));
-                }
-                lines.join("\n")
-            });
+            let reply = summarize(&client, &url).await?;
+            print(json_output, &reply, || render_summary(&queue, &reply));
         }
     }
     Ok(())

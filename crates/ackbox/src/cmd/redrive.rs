@@ -34,6 +34,9 @@ enum RedriveCommand {
         /// Return once the task has started instead of following it.
         #[arg(long)]
         detach: bool,
+        /// Move nothing: print what would move, by failure class and age.
+        #[arg(long)]
+        dry_run: bool,
     },
     /// Show the newest move tasks of a dead-letter queue.
     Status {
@@ -110,7 +113,23 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             destination,
             rate,
             detach,
+            dry_run,
         } => {
+            if dry_run {
+                let url = client.queue_url(&source).await?;
+                let summary = crate::cmd::dlq::summarize(&client, &url).await?;
+                let target = destination
+                    .as_deref()
+                    .unwrap_or("each message's original source queue");
+                let reply = json!({ "DryRun": true, "Destination": target, "WouldMove": summary });
+                print(json_output, &reply, || {
+                    format!(
+                        "dry run: nothing moved; would move to {target}:\n{}",
+                        crate::cmd::dlq::render_summary(&source, &summary)
+                    )
+                });
+                return Ok(());
+            }
             let source_arn = queue_arn(&client, &source).await?;
             let mut request = json!({ "SourceArn": source_arn });
             if let Some(destination) = destination {

@@ -12,13 +12,13 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::store::{
-    ChangeVisibilityOutcome, DeleteOutcome, MessageChangeVisibilityParams, MessageDeleteParams,
-    MessageExpireParams, MessageInsertParams, MessageNackParams, MessagePeekParams,
-    MessageReceiveParams, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter,
-    MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome,
-    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
-    QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome, Store, StoreError,
-    StoredMessage,
+    ChangeVisibilityOutcome, DeleteOutcome, FailureClassCount, MessageChangeVisibilityParams,
+    MessageDeleteParams, MessageExpireParams, MessageInsertParams, MessageNackParams,
+    MessagePeekParams, MessageReceiveParams, MoveTaskCreateOutcome, MoveTaskCreateParams,
+    MoveTaskFilter, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome,
+    QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams,
+    QueueRecord, QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome, Store,
+    StoreError, StoredMessage,
 };
 
 mod checkpoint;
@@ -290,6 +290,39 @@ impl Store for SqliteStore {
                 mutation::message_nack(connection, &params)
             })
             .await
+    }
+
+    async fn message_failure_classes(
+        &self,
+        queue_id: i64,
+    ) -> Result<Vec<FailureClassCount>, StoreError> {
+        self.read(move |connection| {
+            connection
+                .prepare_cached(
+                    "SELECT COALESCE(last_failure_class, ''), COUNT(*), MIN(sent_at), MAX(sent_at),
+                            (SELECT last_failure_message FROM messages AS oldest
+                             WHERE oldest.queue_id = ?1
+                               AND COALESCE(oldest.last_failure_class, '') = COALESCE(grouped.last_failure_class, '')
+                             ORDER BY seq LIMIT 1)
+                     FROM messages AS grouped WHERE queue_id = ?1
+                     GROUP BY COALESCE(last_failure_class, '') ORDER BY COUNT(*) DESC",
+                )
+                .and_then(|mut select| {
+                    select
+                        .query_map([queue_id], |row| {
+                            Ok(FailureClassCount {
+                                class: row.get(0)?,
+                                count: row.get(1)?,
+                                oldest_sent_at: row.get(2)?,
+                                newest_sent_at: row.get(3)?,
+                                example: row.get(4)?,
+                            })
+                        })?
+                        .collect::<Result<Vec<_>, _>>()
+                })
+                .map_err(database_error("message_failure_classes"))
+        })
+        .await
     }
 
     async fn message_peek(
