@@ -17,8 +17,8 @@ use ackbox_core::limits::{MAX_LIST_MOVE_TASKS, MAX_MOVE_TASK_RATE};
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::store::{
-    MoveDestination, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord,
-    MoveTaskStepParams,
+    MoveDestination, MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter,
+    MoveTaskRecord, MoveTaskStepParams,
 };
 
 /// How often a runner moves a slice; the rate is spread over the ticks.
@@ -54,6 +54,10 @@ pub struct MoveTask {
     pub finished_at: Option<Timestamp>,
     /// Who started it: an access key, or `anonymous`.
     pub requested_by: String,
+    /// Which messages it moves.
+    pub filter: MoveFilter,
+    /// Messages it passed over because they did not match the filter.
+    pub skipped: i64,
 }
 
 impl From<MoveTaskRecord> for MoveTask {
@@ -70,6 +74,8 @@ impl From<MoveTaskRecord> for MoveTask {
             started_at: record.started_at,
             finished_at: record.finished_at,
             requested_by: record.requested_by,
+            filter: record.filter,
+            skipped: record.skipped,
         }
     }
 }
@@ -113,8 +119,28 @@ impl Engine {
         source_arn: &str,
         destination_arn: Option<&str>,
         rate: Option<i32>,
+        filter: MoveFilter,
         requested_by: &str,
     ) -> Result<String, EngineError> {
+        if let Some(class) = &filter.class
+            && !(1..=crate::nack::MAX_FAILURE_CLASS_CHARS).contains(&class.chars().count())
+        {
+            return Err(SqsError::invalid_value(format!(
+                "AckBoxFailureClass must be 1 to {} characters long.",
+                crate::nack::MAX_FAILURE_CLASS_CHARS
+            ))
+            .into());
+        }
+        if let Some(max) = filter.max_messages
+            && max < 1
+        {
+            return Err(SqsError::invalid_parameter(
+                "AckBoxMaxMessages",
+                max,
+                "Must be at least 1, if provided.",
+            )
+            .into());
+        }
         if let Some(rate) = rate
             && !(1..=MAX_MOVE_TASK_RATE).contains(&rate)
         {
@@ -172,6 +198,7 @@ impl Engine {
                 destination_arn: destination_arn.map(str::to_owned),
                 rate: rate.map(i64::from),
                 requested_by: requested_by.to_owned(),
+                filter,
                 now: self.now(),
             })
             .await?;

@@ -236,6 +236,27 @@ fn dead_letter_queues_can_be_inspected_and_redriven_from_the_cli() {
         "a dry run moves nothing"
     );
 
+    let filtered: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &[
+            "redrive",
+            "start",
+            "--source",
+            "dlq",
+            "--class",
+            "NoSuchClass",
+            "--older-than",
+            "1h",
+            "--json",
+        ],
+    )))
+    .unwrap();
+    assert_eq!(filtered["Status"], "COMPLETED");
+    assert_eq!(
+        filtered["ApproximateNumberOfMessagesMoved"], 0,
+        "the filters match nothing"
+    );
+
     let finished: Value = serde_json::from_str(&ok_stdout(ackbox(
         &endpoint,
         &["redrive", "start", "--source", "dlq", "--json"],

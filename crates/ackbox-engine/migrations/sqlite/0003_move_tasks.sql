@@ -15,7 +15,11 @@ CREATE TABLE move_tasks (
     to_move         INTEGER NOT NULL,
     moved           INTEGER NOT NULL DEFAULT 0,
     failure_reason  TEXT,
-    requested_by    TEXT    NOT NULL         -- access key, or 'anonymous': the audit trail
+    requested_by    TEXT    NOT NULL,        -- access key, or 'anonymous': the audit trail
+    filter_class    TEXT,                    -- only messages whose last failure class is this
+    sent_before     INTEGER,                 -- only messages sent at or before this instant
+    max_messages    INTEGER,                 -- stop after moving this many
+    skipped         INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX move_tasks_by_source ON move_tasks (source_arn, started_at);
 

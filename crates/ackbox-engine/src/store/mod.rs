@@ -449,6 +449,22 @@ pub struct MoveTaskRecord {
     pub failure_reason: Option<String>,
     /// Who started it: an access key, or `anonymous`.
     pub requested_by: String,
+    /// Which messages it moves.
+    pub filter: MoveFilter,
+    /// Messages it passed over because they did not match the filter.
+    pub skipped: i64,
+}
+
+/// Which messages of the dead-letter queue a move task takes (an ackbox
+/// extension; an empty filter takes them all, as SQS does).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MoveFilter {
+    /// Only messages whose last failure class is this.
+    pub class: Option<String>,
+    /// Only messages sent at or before this instant.
+    pub sent_before: Option<Timestamp>,
+    /// Stop after moving this many.
+    pub max_messages: Option<i64>,
 }
 
 /// Which move tasks [`Store::move_task_list`] returns, newest first.
@@ -477,6 +493,8 @@ pub struct MoveTaskCreateParams {
     pub rate: Option<i64>,
     /// Who starts it, for the audit log.
     pub requested_by: String,
+    /// Which messages it moves.
+    pub filter: MoveFilter,
     /// The current time.
     pub now: Timestamp,
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use ackbox_engine::store::{
     ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, LeaseRef,
     MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams, MessageInsertParams,
-    MessageReceiveParams, MoveDestination, MoveTaskCreateOutcome, MoveTaskCreateParams,
+    MessageReceiveParams, MoveDestination, MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams,
     MoveTaskFilter, MoveTaskStepParams, NewMessage, QueueCreateOutcome, QueueCreateParams,
     QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueStats, QueueStatsParams,
     QueueUpdateParams, Store, VisibilityChange,
@@ -614,6 +614,7 @@ pub async fn move_tasks_move_visible_messages_once_and_wait_for_held_ones(fixtur
             destination_arn: Some("arn:home".into()),
             rate: None,
             requested_by: "anonymous".into(),
+            filter: MoveFilter::default(),
             now: T0,
         })
         .await
@@ -627,6 +628,7 @@ pub async fn move_tasks_move_visible_messages_once_and_wait_for_held_ones(fixtur
             destination_arn: None,
             rate: None,
             requested_by: "anonymous".into(),
+            filter: MoveFilter::default(),
             now: T0,
         })
         .await
@@ -688,6 +690,7 @@ pub async fn the_relapse_brake_stops_a_task_whose_messages_come_back(fixture: Fi
             destination_arn: Some("arn:home".into()),
             rate: None,
             requested_by: "anonymous".into(),
+            filter: MoveFilter::default(),
             now: T0,
         })
         .await
@@ -735,6 +738,97 @@ pub async fn the_relapse_brake_stops_a_task_whose_messages_come_back(fixture: Fi
         stats(store, dlq, T0).await.visible,
         12,
         "the unmoved ten and the two relapses stay"
+    );
+}
+
+pub async fn move_task_filters_pick_by_class_age_and_count(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let dlq = create(store, "dlq", T0).await;
+    let home = create(store, "home", T0).await;
+    let mut messages = Vec::new();
+    for index in 0..6i64 {
+        messages.push(message(&format!("m{index}"), T0 + index * 1_000, T0));
+    }
+    insert(store, dlq, messages).await;
+    // Record a failure class on the even ones.
+    for index in 0..6i64 {
+        let received = store
+            .message_receive(receive_params(dlq, T0, 1, 60_000))
+            .await
+            .unwrap();
+        let message = &received.messages[0];
+        let failure = (index % 2 == 0).then(|| ackbox_engine::store::FailureReport {
+            class: "Timeout".into(),
+            message: "slow".into(),
+        });
+        store
+            .message_nack(ackbox_engine::store::MessageNackParams {
+                queue_id: dlq,
+                now: T0,
+                lease: LeaseRef {
+                    seq: message.seq,
+                    lease: message.receive_count,
+                },
+                visible_at: T0 + 100_000,
+                failure,
+                permanent: false,
+                dead_letter: None,
+            })
+            .await
+            .unwrap();
+    }
+    let created = store
+        .move_task_create(MoveTaskCreateParams {
+            handle: "picky".into(),
+            source_queue_id: dlq,
+            source_arn: "arn:dlq".into(),
+            destination_arn: Some("arn:home".into()),
+            rate: None,
+            requested_by: "anonymous".into(),
+            filter: MoveFilter {
+                class: Some("Timeout".into()),
+                sent_before: Some(T0 + 3_000),
+                max_messages: Some(2),
+            },
+            now: T0,
+        })
+        .await
+        .unwrap();
+    // Timeout and sent by T0+3s: m0 and m2 (m4 is too young, odd ones have no class).
+    assert!(matches!(created, MoveTaskCreateOutcome::Created(ref task) if task.to_move == 2));
+    let step = store
+        .move_task_step(MoveTaskStepParams {
+            handle: "picky".into(),
+            now: T0 + 200_000,
+            limit: 10,
+            destination: MoveDestination::Queue(home),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        (step.moved, step.finished),
+        (2, true),
+        "the cap of two ends the task"
+    );
+    let task = store
+        .move_task_list(MoveTaskFilter::Source("arn:dlq".into()), 1)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(task.status, "COMPLETED");
+    assert_eq!(task.moved, 2);
+    assert_eq!(task.skipped, 1, "m1 (no failure class) was passed over");
+    let moved = store
+        .message_receive(receive_params(home, T0 + 200_000, 10, 1_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        moved
+            .messages
+            .iter()
+            .map(|message| message.body.as_str())
+            .collect::<Vec<_>>(),
+        ["m0", "m2"]
     );
 }
 
@@ -861,6 +955,7 @@ macro_rules! store_conformance {
             receive_moves_messages_past_the_limit_to_the_dead_letter_queue,
             move_tasks_move_visible_messages_once_and_wait_for_held_ones,
             the_relapse_brake_stops_a_task_whose_messages_come_back,
+            move_task_filters_pick_by_class_age_and_count,
             a_missing_dead_letter_queue_moves_nothing,
             stats_split_visible_in_flight_and_delayed,
         );

@@ -32,6 +32,21 @@ pub struct AuditEntry {
     /// Who started it: an access key, or `anonymous`.
     #[serde(rename = "RequestedBy")]
     pub requested_by: String,
+    /// The failure-class filter, if any.
+    #[serde(rename = "AckBoxFailureClass", skip_serializing_if = "Option::is_none")]
+    pub failure_class: Option<String>,
+    /// Only messages sent at or before this instant, if set.
+    #[serde(
+        rename = "AckBoxSentBeforeTimestamp",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub sent_before: Option<i64>,
+    /// The cap on moved messages, if any.
+    #[serde(rename = "AckBoxMaxMessages", skip_serializing_if = "Option::is_none")]
+    pub max_messages: Option<i64>,
+    /// Messages passed over because they did not match the filter.
+    #[serde(rename = "ApproximateNumberOfMessagesSkipped")]
+    pub skipped: i64,
 }
 
 impl From<MoveTask> for AuditEntry {
@@ -39,6 +54,10 @@ impl From<MoveTask> for AuditEntry {
         Self {
             finished_timestamp: task.finished_at,
             requested_by: task.requested_by.clone(),
+            failure_class: task.filter.class.clone(),
+            sent_before: task.filter.sent_before,
+            max_messages: task.filter.max_messages,
+            skipped: task.skipped,
             task: task.into(),
         }
     }

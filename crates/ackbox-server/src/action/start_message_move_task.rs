@@ -1,5 +1,6 @@
 //! StartMessageMoveTask: redrive a dead-letter queue.
 
+use ackbox_engine::store::MoveFilter;
 use serde::{Deserialize, Serialize};
 
 use super::RequestContext;
@@ -17,6 +18,15 @@ pub struct Request {
     /// Messages per second, 1..=500; absent: 500.
     #[serde(default)]
     pub max_number_of_messages_per_second: Option<i32>,
+    /// Extension: only messages whose last failure class is this.
+    #[serde(default, rename = "AckBoxFailureClass")]
+    pub failure_class: Option<String>,
+    /// Extension: only messages sent at least this many seconds before the task starts.
+    #[serde(default, rename = "AckBoxOlderThanSeconds")]
+    pub older_than_seconds: Option<u32>,
+    /// Extension: stop after moving this many.
+    #[serde(default, rename = "AckBoxMaxMessages")]
+    pub max_messages: Option<i64>,
 }
 
 /// StartMessageMoveTask response.
@@ -35,6 +45,13 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
             &request.source_arn,
             request.destination_arn.as_deref(),
             request.max_number_of_messages_per_second,
+            MoveFilter {
+                class: request.failure_class,
+                sent_before: request
+                    .older_than_seconds
+                    .map(|seconds| context.engine.now() - i64::from(seconds) * 1_000),
+                max_messages: request.max_messages,
+            },
             &context.principal,
         )
         .await?;

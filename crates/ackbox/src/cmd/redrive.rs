@@ -37,6 +37,15 @@ enum RedriveCommand {
         /// Move nothing: print what would move, by failure class and age.
         #[arg(long)]
         dry_run: bool,
+        /// Only messages whose last failure class is this.
+        #[arg(long)]
+        class: Option<String>,
+        /// Only messages older than this (`90s`, `30m`, `2h`, `1d`).
+        #[arg(long, value_parser = parse_age)]
+        older_than: Option<u32>,
+        /// Stop after moving this many.
+        #[arg(long)]
+        max_messages: Option<i64>,
     },
     /// Show the newest move tasks of a dead-letter queue.
     Status {
@@ -61,6 +70,31 @@ enum RedriveCommand {
         /// The handle `redrive start` printed.
         handle: String,
     },
+}
+
+/// Parses an age such as `90s`, `30m`, `2h` or `1d` (bare numbers are seconds).
+fn parse_age(text: &str) -> Result<u32, String> {
+    let (digits, unit) = match text.char_indices().find(|(_, ch)| !ch.is_ascii_digit()) {
+        Some((split, _)) => text.split_at(split),
+        None => (text, "s"),
+    };
+    let amount: u32 = digits
+        .parse()
+        .map_err(|_| format!("expected an age like 30m or 2h; got {text:?}"))?;
+    let unit_seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        other => {
+            return Err(format!(
+                "unknown age unit {other:?} in {text:?}; use s, m, h or d"
+            ));
+        }
+    };
+    amount
+        .checked_mul(unit_seconds)
+        .ok_or_else(|| format!("age {text:?} is too large"))
 }
 
 async fn queue_arn(client: &ApiClient, name: &str) -> anyhow::Result<String> {
@@ -114,6 +148,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             rate,
             detach,
             dry_run,
+            class,
+            older_than,
+            max_messages,
         } => {
             if dry_run {
                 let url = client.queue_url(&source).await?;
@@ -137,6 +174,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             }
             if let Some(rate) = rate {
                 request["MaxNumberOfMessagesPerSecond"] = json!(rate);
+            }
+            // ackbox's filters travel as extension members of the SQS call.
+            if let Some(class) = class {
+                request["AckBoxFailureClass"] = json!(class);
+            }
+            if let Some(seconds) = older_than {
+                request["AckBoxOlderThanSeconds"] = json!(seconds);
+            }
+            if let Some(max) = max_messages {
+                request["AckBoxMaxMessages"] = json!(max);
             }
             let started = client.call("StartMessageMoveTask", &request).await?;
             let handle = started["TaskHandle"]
@@ -245,4 +292,19 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_like_people_write_them() {
+        assert_eq!(parse_age("90"), Ok(90));
+        assert_eq!(parse_age("30m"), Ok(1_800));
+        assert_eq!(parse_age("2h"), Ok(7_200));
+        assert_eq!(parse_age("1d"), Ok(86_400));
+        assert!(parse_age("5w").is_err());
+        assert!(parse_age("soon").is_err());
+    }
 }

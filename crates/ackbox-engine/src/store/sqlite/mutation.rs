@@ -11,7 +11,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::store::{
     ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureRecord,
     MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams, MessageInsertParams,
-    MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveDestination,
+    MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveDestination, MoveFilter,
     MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome,
     MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
     QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueUpdateParams, ReceiveOutcome,
@@ -670,7 +670,8 @@ pub(crate) fn message_peek(
 
 pub(crate) const MOVE_TASK_COLUMNS: &str =
     "handle, source_queue_id, source_arn, destination_arn, rate, status,
-     started_at, finished_at, to_move, moved, failure_reason, requested_by";
+     started_at, finished_at, to_move, moved, failure_reason, requested_by, filter_class,
+     sent_before, max_messages, skipped";
 
 pub(crate) fn move_task_row(row: &Row<'_>) -> rusqlite::Result<MoveTaskRecord> {
     Ok(MoveTaskRecord {
@@ -686,6 +687,12 @@ pub(crate) fn move_task_row(row: &Row<'_>) -> rusqlite::Result<MoveTaskRecord> {
         moved: row.get(9)?,
         failure_reason: row.get(10)?,
         requested_by: row.get(11)?,
+        filter: MoveFilter {
+            class: row.get(12)?,
+            sent_before: row.get(13)?,
+            max_messages: row.get(14)?,
+        },
+        skipped: row.get(15)?,
     })
 }
 
@@ -715,18 +722,25 @@ pub(crate) fn move_task_create(
     if running {
         return Ok(MoveTaskCreateOutcome::AlreadyRunning);
     }
-    let (until_seq, to_move): (i64, i64) = connection
+    let (until_seq, matching): (i64, i64) = connection
         .query_row(
-            "SELECT COALESCE(MAX(seq), 0), COUNT(*) FROM messages WHERE queue_id = ?1",
-            [params.source_queue_id],
+            "SELECT COALESCE(MAX(seq), 0),
+                    COALESCE(SUM((?2 IS NULL OR last_failure_class = ?2) AND (?3 IS NULL OR sent_at <= ?3)), 0)
+             FROM messages WHERE queue_id = ?1",
+            params![params.source_queue_id, params.filter.class, params.filter.sent_before],
             |row| Ok((row.get(0)?, row.get(1)?)),
         )
         .map_err(database_error("move_task_create: snapshot"))?;
+    let to_move = params
+        .filter
+        .max_messages
+        .map_or(matching, |max| matching.min(max));
     connection
         .execute(
             "INSERT INTO move_tasks (handle, source_queue_id, source_arn, destination_arn, rate,
-                 status, started_at, until_seq, to_move, requested_by)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', ?6, ?7, ?8, ?9)",
+                 status, started_at, until_seq, to_move, requested_by, filter_class, sent_before,
+                 max_messages)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
             params![
                 params.handle,
                 params.source_queue_id,
@@ -736,7 +750,10 @@ pub(crate) fn move_task_create(
                 params.now,
                 until_seq,
                 to_move,
-                params.requested_by
+                params.requested_by,
+                params.filter.class,
+                params.filter.sent_before,
+                params.filter.max_messages
             ],
         )
         .map_err(database_error("move_task_create: insert"))?;
@@ -771,32 +788,63 @@ pub(crate) fn move_task_step(
             ..MoveTaskStepOutcome::default()
         });
     }
-    let candidates: Vec<(i64, Option<String>, i64)> = connection
+    let record = move_task_get(connection, &params.handle)?.ok_or_else(|| StoreError::Corrupt {
+        detail: "a running move task vanished".into(),
+    })?;
+    let filter = &record.filter;
+    let candidates: Vec<Candidate> = connection
         .prepare_cached(
-            "SELECT seq, dead_letter_source_arn, visible_at FROM messages
+            "SELECT seq, dead_letter_source_arn, visible_at, last_failure_class, sent_at FROM messages
              WHERE queue_id = ?1 AND seq > ?2 AND seq <= ?3 ORDER BY seq LIMIT ?4",
         )
         .and_then(|mut select| {
             select
-                .query_map(
-                    params![source_queue_id, cursor, until_seq, params.limit],
-                    |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
-                )?
+                .query_map(params![source_queue_id, cursor, until_seq, params.limit], |row| {
+                    Ok(Candidate {
+                        seq: row.get(0)?,
+                        source_arn: row.get(1)?,
+                        visible_at: row.get(2)?,
+                        failure_class: row.get(3)?,
+                        sent_at: row.get(4)?,
+                    })
+                })?
                 .collect()
         })
         .map_err(database_error("move_task_step: candidates"))?;
+    let mut skipped = 0i64;
     let mut outcome = MoveTaskStepOutcome::default();
     let mut last_seq = cursor;
     // Judged before moving more: a relapsing task must not feed the loop.
     let mut failure = relapse_brake(connection, &params.handle, source_queue_id)?;
     let mut held = false;
-    for (seq, source_arn, visible_at) in &candidates {
+    let mut quota_reached = false;
+    for candidate in &candidates {
         if failure.is_some() {
             break;
         }
+        if filter
+            .max_messages
+            .is_some_and(|max| record.moved + outcome.moved as i64 >= max)
+        {
+            quota_reached = true;
+            break;
+        }
+        let (seq, source_arn) = (&candidate.seq, &candidate.source_arn);
+        let matches = filter
+            .class
+            .as_ref()
+            .is_none_or(|class| candidate.failure_class.as_ref() == Some(class))
+            && filter
+                .sent_before
+                .is_none_or(|before| candidate.sent_at <= before);
+        if !matches {
+            skipped += 1;
+            last_seq = *seq;
+            continue;
+        }
         // A message someone is working on in the dead-letter queue stays
         // theirs: the task waits at it until the lease ends or it is deleted.
-        if *visible_at > params.now {
+        if candidate.visible_at > params.now {
             held = true;
             break;
         }
@@ -843,7 +891,8 @@ pub(crate) fn move_task_step(
         }
         last_seq = *seq;
     }
-    let exhausted = failure.is_none() && !held && (candidates.len() as u32) < params.limit;
+    let exhausted =
+        failure.is_none() && !held && (quota_reached || (candidates.len() as u32) < params.limit);
     let status = match (&failure, exhausted) {
         (Some(_), _) => "FAILED",
         (None, true) => "COMPLETED",
@@ -852,7 +901,8 @@ pub(crate) fn move_task_step(
     connection
         .prepare_cached(
             "UPDATE move_tasks SET cursor_seq = ?2, moved = moved + ?3, status = ?4,
-                 failure_reason = ?5, finished_at = CASE WHEN ?4 = 'RUNNING' THEN NULL ELSE ?6 END
+                 failure_reason = ?5, finished_at = CASE WHEN ?4 = 'RUNNING' THEN NULL ELSE ?6 END,
+                 skipped = skipped + ?7
              WHERE handle = ?1",
         )
         .and_then(|mut update| {
@@ -862,12 +912,22 @@ pub(crate) fn move_task_step(
                 outcome.moved as i64,
                 status,
                 failure,
-                params.now
+                params.now,
+                skipped
             ])
         })
         .map_err(database_error("move_task_step: progress"))?;
     outcome.finished = status != "RUNNING";
     Ok(outcome)
+}
+
+/// A message a move task considers.
+struct Candidate {
+    seq: i64,
+    source_arn: Option<String>,
+    visible_at: i64,
+    failure_class: Option<String>,
+    sent_at: i64,
 }
 
 /// The relapse brake: when more than [`RELAPSE_LIMIT_PERCENT`] of the
