@@ -63,7 +63,8 @@ pub struct MoveTask {
 impl From<MoveTaskRecord> for MoveTask {
     fn from(record: MoveTaskRecord) -> Self {
         Self {
-            handle: (record.status == "RUNNING").then_some(record.handle),
+            // Reported while the handle is still useful (cancel, resume).
+            handle: matches!(record.status.as_str(), "RUNNING" | "PAUSED").then_some(record.handle),
             status: record.status,
             source_arn: record.source_arn,
             destination_arn: record.destination_arn,
@@ -137,6 +138,16 @@ impl Engine {
             return Err(SqsError::invalid_parameter(
                 "AckBoxMaxMessages",
                 max,
+                "Must be at least 1, if provided.",
+            )
+            .into());
+        }
+        if let Some(sample) = filter.sample
+            && sample < 1
+        {
+            return Err(SqsError::invalid_parameter(
+                "AckBoxSample",
+                sample,
                 "Must be at least 1, if provided.",
             )
             .into());
@@ -276,7 +287,17 @@ impl Engine {
         Ok(tasks.into_iter().map(MoveTask::from).collect())
     }
 
-    /// CancelMessageMoveTask: stops a running task; returns how many moved.
+    /// ResumeMessageMoveTask (ackbox extension): continues a task paused
+    /// after its sample; returns the task as it stands.
+    pub async fn resume_message_move_task(&self, handle: &str) -> Result<MoveTask, EngineError> {
+        let resumed = self.inner.store.move_task_resume(handle).await?;
+        let record = resumed.ok_or_else(|| not_found("TaskHandle"))?;
+        tracing::info!(task = %handle, moved = record.moved, "message move task resumed");
+        self.spawn_move_task(record.clone());
+        Ok(record.into())
+    }
+
+    /// CancelMessageMoveTask: stops a running or paused task; returns how many moved.
     pub async fn cancel_message_move_task(&self, handle: &str) -> Result<i64, EngineError> {
         let cancelled = self
             .inner

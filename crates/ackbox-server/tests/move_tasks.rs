@@ -416,3 +416,73 @@ async fn inv2_a_handle_from_before_the_dead_letter_cannot_touch_the_redriven_mes
         .unwrap();
     assert_eq!(depth(&client, &source).await, 0);
 }
+
+#[tokio::test]
+async fn a_sampled_task_pauses_for_review_and_resumes() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let setup = dead_lettered(&client, 5).await;
+    let (status, started) = ackbox_testkit::client::call_json(
+        &server.url(),
+        "AmazonSQS.StartMessageMoveTask",
+        &serde_json::json!({ "SourceArn": setup.dlq_arn, "AckBoxSample": 2 }),
+    )
+    .await;
+    assert_eq!(status, 200, "{started}");
+    let handle = started["TaskHandle"].as_str().unwrap().to_owned();
+    let paused = wait_finished(&client, &setup.dlq_arn).await;
+    assert_eq!(paused.status(), Some("PAUSED"));
+    assert_eq!(
+        paused.approximate_number_of_messages_moved(),
+        2,
+        "the sample"
+    );
+    assert_eq!(
+        paused.task_handle(),
+        Some(handle.as_str()),
+        "a paused task keeps its handle"
+    );
+    assert!(
+        paused
+            .failure_reason()
+            .unwrap_or_default()
+            .contains("review")
+    );
+    assert_eq!(depth(&client, &setup.source).await, 2);
+    let second = client
+        .start_message_move_task()
+        .source_arn(&setup.dlq_arn)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(
+        code(second),
+        "AWS.SimpleQueueService.UnsupportedOperation",
+        "a paused task still owns its source"
+    );
+
+    let (status, resumed) = ackbox_testkit::client::call_json(
+        &server.url(),
+        "AckBox.ResumeMessageMoveTask",
+        &serde_json::json!({ "TaskHandle": handle }),
+    )
+    .await;
+    assert_eq!(
+        (status, resumed["SourceArn"].as_str()),
+        (200, Some(setup.dlq_arn.as_str()))
+    );
+    let finished = wait_finished(&client, &setup.dlq_arn).await;
+    assert_eq!(finished.status(), Some("COMPLETED"));
+    assert_eq!(finished.approximate_number_of_messages_moved(), 5);
+    assert_eq!(depth(&client, &setup.source).await, 5);
+    let (status, again) = ackbox_testkit::client::call_json(
+        &server.url(),
+        "AckBox.ResumeMessageMoveTask",
+        &serde_json::json!({ "TaskHandle": handle }),
+    )
+    .await;
+    assert_eq!(
+        (status, again["__type"].as_str()),
+        (404, Some("com.amazonaws.sqs#ResourceNotFoundException"))
+    );
+}

@@ -7,7 +7,7 @@ CREATE TABLE move_tasks (
     source_arn      TEXT    NOT NULL,
     destination_arn TEXT,                    -- NULL: each message's original source
     rate            INTEGER,                 -- messages per second; NULL: the default
-    status          TEXT    NOT NULL,        -- RUNNING, COMPLETED, CANCELLED, FAILED
+    status          TEXT    NOT NULL,        -- RUNNING, PAUSED, COMPLETED, CANCELLED, FAILED
     started_at      INTEGER NOT NULL,
     finished_at     INTEGER,
     until_seq       INTEGER NOT NULL,        -- only messages already there at the start move
@@ -19,6 +19,7 @@ CREATE TABLE move_tasks (
     filter_class    TEXT,                    -- only messages whose last failure class is this
     sent_before     INTEGER,                 -- only messages sent at or before this instant
     max_messages    INTEGER,                 -- stop after moving this many
+    sample          INTEGER,                 -- pause (PAUSED) after moving this many; cleared on resume
     skipped         INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX move_tasks_by_source ON move_tasks (source_arn, started_at);

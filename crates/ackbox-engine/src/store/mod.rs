@@ -435,7 +435,7 @@ pub struct MoveTaskRecord {
     pub destination_arn: Option<String>,
     /// Messages per second, if the caller chose.
     pub rate: Option<i64>,
-    /// `RUNNING`, `COMPLETED`, `CANCELLED` or `FAILED`.
+    /// `RUNNING`, `PAUSED`, `COMPLETED`, `CANCELLED` or `FAILED`.
     pub status: String,
     /// When it started.
     pub started_at: Timestamp,
@@ -465,6 +465,8 @@ pub struct MoveFilter {
     pub sent_before: Option<Timestamp>,
     /// Stop after moving this many.
     pub max_messages: Option<i64>,
+    /// Pause after moving this many, for review; resuming clears it.
+    pub sample: Option<i64>,
 }
 
 /// Which move tasks [`Store::move_task_list`] returns, newest first.
@@ -622,7 +624,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         &self,
         params: MoveTaskStepParams,
     ) -> Result<MoveTaskStepOutcome, StoreError>;
-    /// Cancels a running task; `None` if no running task has that handle.
+    /// Resumes a paused task; `None` if no paused task has that handle.
+    async fn move_task_resume(&self, handle: &str) -> Result<Option<MoveTaskRecord>, StoreError>;
+    /// Cancels a running or paused task; `None` if none has that handle.
     async fn move_task_cancel(
         &self,
         handle: &str,

@@ -789,6 +789,7 @@ pub async fn move_task_filters_pick_by_class_age_and_count(fixture: Fixture) {
                 class: Some("Timeout".into()),
                 sent_before: Some(T0 + 3_000),
                 max_messages: Some(2),
+                sample: None,
             },
             now: T0,
         })

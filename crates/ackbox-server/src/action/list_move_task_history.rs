@@ -41,6 +41,9 @@ pub struct AuditEntry {
         skip_serializing_if = "Option::is_none"
     )]
     pub sent_before: Option<i64>,
+    /// The sample size a paused task waits at, if any.
+    #[serde(rename = "AckBoxSample", skip_serializing_if = "Option::is_none")]
+    pub sample: Option<i64>,
     /// The cap on moved messages, if any.
     #[serde(rename = "AckBoxMaxMessages", skip_serializing_if = "Option::is_none")]
     pub max_messages: Option<i64>,
@@ -57,6 +60,7 @@ impl From<MoveTask> for AuditEntry {
             failure_class: task.filter.class.clone(),
             sent_before: task.filter.sent_before,
             max_messages: task.filter.max_messages,
+            sample: task.filter.sample,
             skipped: task.skipped,
             task: task.into(),
         }

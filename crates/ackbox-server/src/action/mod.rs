@@ -33,6 +33,7 @@ pub mod nack_message;
 pub mod peek_messages;
 pub mod purge_queue;
 pub mod receive_message;
+pub mod resume_message_move_task;
 pub mod send_message;
 pub mod send_message_batch;
 pub mod set_queue_attributes;
@@ -144,4 +145,5 @@ actions! {
     "AckBox" PeekMessages => peek_messages,
     "AckBox" ListMoveTaskHistory => list_move_task_history,
     "AckBox" SummarizeQueue => summarize_queue,
+    "AckBox" ResumeMessageMoveTask => resume_message_move_task,
 }

@@ -27,6 +27,9 @@ pub struct Request {
     /// Extension: stop after moving this many.
     #[serde(default, rename = "AckBoxMaxMessages")]
     pub max_messages: Option<i64>,
+    /// Extension: pause after moving this many, for review (`AckBox.ResumeMessageMoveTask`).
+    #[serde(default, rename = "AckBoxSample")]
+    pub sample: Option<i64>,
 }
 
 /// StartMessageMoveTask response.
@@ -51,6 +54,7 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
                     .older_than_seconds
                     .map(|seconds| context.engine.now() - i64::from(seconds) * 1_000),
                 max_messages: request.max_messages,
+                sample: request.sample,
             },
             &context.principal,
         )

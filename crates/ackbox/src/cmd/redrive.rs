@@ -46,6 +46,9 @@ enum RedriveCommand {
         /// Stop after moving this many.
         #[arg(long)]
         max_messages: Option<i64>,
+        /// Pause after moving this many, for review; `ackbox redrive resume` continues.
+        #[arg(long)]
+        sample: Option<i64>,
     },
     /// Show the newest move tasks of a dead-letter queue.
     Status {
@@ -65,7 +68,12 @@ enum RedriveCommand {
         #[arg(short = 'n', long, default_value_t = 20)]
         count: i32,
     },
-    /// Cancel a running task.
+    /// Continue a task paused after its sample.
+    Resume {
+        /// The handle `redrive start` printed.
+        handle: String,
+    },
+    /// Cancel a running or paused task.
     Cancel {
         /// The handle `redrive start` printed.
         handle: String,
@@ -137,6 +145,55 @@ fn describe(task: &Value) -> String {
     )
 }
 
+/// Follows the newest task of `source_arn` with a progress bar until it
+/// stops; a completed or paused (sampled) task is success, any other end is not.
+async fn follow(client: &ApiClient, source_arn: &str, json_output: bool) -> anyhow::Result<()> {
+    let bar = if json_output {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed:>4} {pos:>8}/{len:8} moved {wide_bar}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let task = loop {
+        let task = newest_task(client, source_arn).await?;
+        bar.set_length(
+            task["ApproximateNumberOfMessagesToMove"]
+                .as_u64()
+                .unwrap_or(0),
+        );
+        bar.set_position(
+            task["ApproximateNumberOfMessagesMoved"]
+                .as_u64()
+                .unwrap_or(0),
+        );
+        if task["Status"] != "RUNNING" {
+            break task;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    bar.finish_and_clear();
+    print(json_output, &task, || {
+        let mut text = describe(&task);
+        if task["Status"] == "PAUSED" {
+            text.push_str(&format!(
+                "\n    review the moved messages, then: ackbox redrive resume {}",
+                task["TaskHandle"].as_str().unwrap_or("<handle>")
+            ));
+        }
+        text
+    });
+    match task["Status"].as_str() {
+        Some("COMPLETED" | "PAUSED") => Ok(()),
+        other => anyhow::bail!(
+            "the move task ended {}",
+            other.unwrap_or("in an unknown state")
+        ),
+    }
+}
+
 /// Runs `ackbox redrive …`.
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let client = args.endpoint.client()?;
@@ -151,6 +208,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             class,
             older_than,
             max_messages,
+            sample,
         } => {
             if dry_run {
                 let url = client.queue_url(&source).await?;
@@ -185,6 +243,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             if let Some(max) = max_messages {
                 request["AckBoxMaxMessages"] = json!(max);
             }
+            if let Some(sample) = sample {
+                request["AckBoxSample"] = json!(sample);
+            }
             let started = client.call("StartMessageMoveTask", &request).await?;
             let handle = started["TaskHandle"]
                 .as_str()
@@ -194,39 +255,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                 print(json_output, &started, || handle.clone());
                 return Ok(());
             }
-            let bar = if json_output {
-                ProgressBar::hidden()
-            } else {
-                ProgressBar::new(0)
-            };
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{spinner} {elapsed:>4} {pos:>8}/{len:8} moved {wide_bar}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            let task = loop {
-                let task = newest_task(&client, &source_arn).await?;
-                bar.set_length(
-                    task["ApproximateNumberOfMessagesToMove"]
-                        .as_u64()
-                        .unwrap_or(0),
-                );
-                bar.set_position(
-                    task["ApproximateNumberOfMessagesMoved"]
-                        .as_u64()
-                        .unwrap_or(0),
-                );
-                if task["Status"] != "RUNNING" {
-                    break task;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            };
-            bar.finish_and_clear();
-            print(json_output, &task, || describe(&task));
-            if task["Status"] != "COMPLETED" {
-                anyhow::bail!("the move task ended {}", task["Status"]);
-            }
+            follow(&client, &source_arn, json_output).await?;
         }
         RedriveCommand::Status { source, count } => {
             let source_arn = queue_arn(&client, &source).await?;
@@ -278,6 +307,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                     .collect::<Vec<_>>()
                     .join("\n")
             });
+        }
+        RedriveCommand::Resume { handle } => {
+            let resumed = client
+                .call(
+                    "AckBox.ResumeMessageMoveTask",
+                    &json!({ "TaskHandle": handle }),
+                )
+                .await?;
+            let source_arn = resumed["SourceArn"].as_str().unwrap_or_default().to_owned();
+            follow(&client, &source_arn, json_output).await?;
         }
         RedriveCommand::Cancel { handle } => {
             let reply = client

@@ -359,6 +359,16 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn move_task_resume(&self, handle: &str) -> Result<Option<MoveTaskRecord>, StoreError> {
+        let handle = handle.to_owned();
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                mutation::move_task_resume(connection, &handle)
+            })
+            .await
+    }
+
     async fn move_task_cancel(
         &self,
         handle: &str,

@@ -671,7 +671,7 @@ pub(crate) fn message_peek(
 pub(crate) const MOVE_TASK_COLUMNS: &str =
     "handle, source_queue_id, source_arn, destination_arn, rate, status,
      started_at, finished_at, to_move, moved, failure_reason, requested_by, filter_class,
-     sent_before, max_messages, skipped";
+     sent_before, max_messages, skipped, sample";
 
 pub(crate) fn move_task_row(row: &Row<'_>) -> rusqlite::Result<MoveTaskRecord> {
     Ok(MoveTaskRecord {
@@ -691,6 +691,7 @@ pub(crate) fn move_task_row(row: &Row<'_>) -> rusqlite::Result<MoveTaskRecord> {
             class: row.get(12)?,
             sent_before: row.get(13)?,
             max_messages: row.get(14)?,
+            sample: row.get(16)?,
         },
         skipped: row.get(15)?,
     })
@@ -715,7 +716,7 @@ pub(crate) fn move_task_create(
     ensure_queue_exists(connection, params.source_queue_id)?;
     let running = connection
         .prepare_cached(
-            "SELECT 1 FROM move_tasks WHERE source_queue_id = ?1 AND status = 'RUNNING'",
+            "SELECT 1 FROM move_tasks WHERE source_queue_id = ?1 AND status IN ('RUNNING', 'PAUSED')",
         )
         .and_then(|mut select| select.exists([params.source_queue_id]))
         .map_err(database_error("move_task_create: running"))?;
@@ -739,8 +740,8 @@ pub(crate) fn move_task_create(
         .execute(
             "INSERT INTO move_tasks (handle, source_queue_id, source_arn, destination_arn, rate,
                  status, started_at, until_seq, to_move, requested_by, filter_class, sent_before,
-                 max_messages)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+                 max_messages, sample)
+             VALUES (?1, ?2, ?3, ?4, ?5, 'RUNNING', ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
             params![
                 params.handle,
                 params.source_queue_id,
@@ -753,7 +754,8 @@ pub(crate) fn move_task_create(
                 params.requested_by,
                 params.filter.class,
                 params.filter.sent_before,
-                params.filter.max_messages
+                params.filter.max_messages,
+                params.filter.sample
             ],
         )
         .map_err(database_error("move_task_create: insert"))?;
@@ -818,6 +820,7 @@ pub(crate) fn move_task_step(
     let mut failure = relapse_brake(connection, &params.handle, source_queue_id)?;
     let mut held = false;
     let mut quota_reached = false;
+    let mut sample_reached = false;
     for candidate in &candidates {
         if failure.is_some() {
             break;
@@ -827,6 +830,13 @@ pub(crate) fn move_task_step(
             .is_some_and(|max| record.moved + outcome.moved as i64 >= max)
         {
             quota_reached = true;
+            break;
+        }
+        if filter
+            .sample
+            .is_some_and(|sample| record.moved + outcome.moved as i64 >= sample)
+        {
+            sample_reached = true;
             break;
         }
         let (seq, source_arn) = (&candidate.seq, &candidate.source_arn);
@@ -891,17 +901,27 @@ pub(crate) fn move_task_step(
         }
         last_seq = *seq;
     }
-    let exhausted =
-        failure.is_none() && !held && (quota_reached || (candidates.len() as u32) < params.limit);
+    let exhausted = failure.is_none()
+        && !held
+        && !sample_reached
+        && (quota_reached || (candidates.len() as u32) < params.limit);
     let status = match (&failure, exhausted) {
         (Some(_), _) => "FAILED",
         (None, true) => "COMPLETED",
+        // A sample is taken: stop for review until someone resumes the task.
+        (None, false) if sample_reached => {
+            failure = Some(format!(
+                "Paused after a sample of {} moved messages: review them, then resume the task.",
+                record.moved + outcome.moved as i64
+            ));
+            "PAUSED"
+        }
         (None, false) => "RUNNING",
     };
     connection
         .prepare_cached(
             "UPDATE move_tasks SET cursor_seq = ?2, moved = moved + ?3, status = ?4,
-                 failure_reason = ?5, finished_at = CASE WHEN ?4 = 'RUNNING' THEN NULL ELSE ?6 END,
+                 failure_reason = ?5, finished_at = CASE WHEN ?4 IN ('RUNNING', 'PAUSED') THEN NULL ELSE ?6 END,
                  skipped = skipped + ?7
              WHERE handle = ?1",
         )
@@ -965,6 +985,23 @@ const RELAPSE_LIMIT_PERCENT: i64 = 10;
 /// The brake judges only after this many messages have moved.
 const RELAPSE_MIN_MOVED: i64 = 10;
 
+pub(crate) fn move_task_resume(
+    connection: &Connection,
+    handle: &str,
+) -> Result<Option<MoveTaskRecord>, StoreError> {
+    let resumed = connection
+        .execute(
+            "UPDATE move_tasks SET status = 'RUNNING', sample = NULL, failure_reason = NULL
+             WHERE handle = ?1 AND status = 'PAUSED'",
+            [handle],
+        )
+        .map_err(database_error("move_task_resume"))?;
+    if resumed == 0 {
+        return Ok(None);
+    }
+    move_task_get(connection, handle)
+}
+
 pub(crate) fn move_task_cancel(
     connection: &Connection,
     handle: &str,
@@ -972,7 +1009,8 @@ pub(crate) fn move_task_cancel(
 ) -> Result<Option<MoveTaskRecord>, StoreError> {
     let cancelled = connection
         .execute(
-            "UPDATE move_tasks SET status = 'CANCELLED', finished_at = ?2 WHERE handle = ?1 AND status = 'RUNNING'",
+            "UPDATE move_tasks SET status = 'CANCELLED', finished_at = ?2
+             WHERE handle = ?1 AND status IN ('RUNNING', 'PAUSED')",
             params![handle, now],
         )
         .map_err(database_error("move_task_cancel"))?;
