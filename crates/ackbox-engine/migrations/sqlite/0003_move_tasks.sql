@@ -20,7 +20,10 @@ CREATE TABLE move_tasks (
     sent_before     INTEGER,                 -- only messages sent at or before this instant
     max_messages    INTEGER,                 -- stop after moving this many
     sample          INTEGER,                 -- pause (PAUSED) after moving this many; cleared on resume
-    skipped         INTEGER NOT NULL DEFAULT 0
+    skipped         INTEGER NOT NULL DEFAULT 0,
+    -- The relapse brake judges what happened since the last resume.
+    relapse_base_moved INTEGER NOT NULL DEFAULT 0,
+    relapse_base_count INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX move_tasks_by_source ON move_tasks (source_arn, started_at);
 

@@ -674,7 +674,7 @@ pub async fn move_tasks_move_visible_messages_once_and_wait_for_held_ones(fixtur
     assert_eq!(left.messages[0].body, "late");
 }
 
-pub async fn the_relapse_brake_stops_a_task_whose_messages_come_back(fixture: Fixture) {
+pub async fn the_relapse_brake_pauses_a_task_whose_messages_come_back(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let dlq = create(store, "dlq", T0).await;
     let home = create(store, "home", T0).await;
@@ -726,19 +726,36 @@ pub async fn the_relapse_brake_stops_a_task_whose_messages_come_back(fixture: Fi
     assert_eq!(relapsed.dead_lettered, 2);
     let second = store.move_task_step(step()).await.unwrap();
     assert!(second.finished, "the brake stopped the task");
+    assert_eq!(second.moved, 0, "before moving more");
     let task = store
         .move_task_list(MoveTaskFilter::Source("arn:dlq".into()), 1)
         .await
         .unwrap()
         .remove(0);
-    assert_eq!(task.status, "FAILED");
+    assert_eq!(task.status, "PAUSED");
     let reason = task.failure_reason.unwrap();
-    assert!(reason.contains("Relapse brake: 2 of the"), "{reason}");
+    assert!(reason.contains("Relapse brake: 2 of the 10"), "{reason}");
     assert_eq!(
         stats(store, dlq, T0).await.visible,
         12,
         "the unmoved ten and the two relapses stay"
     );
+
+    // Cause fixed: resuming judges only what happens from now on.
+    assert!(store.move_task_resume("brake").await.unwrap().is_some());
+    let third = store.move_task_step(step()).await.unwrap();
+    assert_eq!(
+        third.moved, 10,
+        "the rest moves; the relapses stay for review"
+    );
+    let last = store.move_task_step(step()).await.unwrap();
+    assert!(last.finished);
+    let task = store
+        .move_task_list(MoveTaskFilter::Source("arn:dlq".into()), 1)
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(task.status, "COMPLETED");
 }
 
 pub async fn move_task_filters_pick_by_class_age_and_count(fixture: Fixture) {
@@ -955,7 +972,7 @@ macro_rules! store_conformance {
             writes_to_a_deleted_queue_fail_cleanly,
             receive_moves_messages_past_the_limit_to_the_dead_letter_queue,
             move_tasks_move_visible_messages_once_and_wait_for_held_ones,
-            the_relapse_brake_stops_a_task_whose_messages_come_back,
+            the_relapse_brake_pauses_a_task_whose_messages_come_back,
             move_task_filters_pick_by_class_age_and_count,
             a_missing_dead_letter_queue_moves_nothing,
             stats_split_visible_in_flight_and_delayed,

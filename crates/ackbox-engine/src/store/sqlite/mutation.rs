@@ -817,12 +817,13 @@ pub(crate) fn move_task_step(
     let mut outcome = MoveTaskStepOutcome::default();
     let mut last_seq = cursor;
     // Judged before moving more: a relapsing task must not feed the loop.
-    let mut failure = relapse_brake(connection, &params.handle, source_queue_id)?;
+    let brake = relapse_brake(connection, &params.handle, source_queue_id)?;
+    let mut failure = None;
     let mut held = false;
     let mut quota_reached = false;
     let mut sample_reached = false;
     for candidate in &candidates {
-        if failure.is_some() {
+        if failure.is_some() || brake.is_some() {
             break;
         }
         if filter
@@ -902,11 +903,17 @@ pub(crate) fn move_task_step(
         last_seq = *seq;
     }
     let exhausted = failure.is_none()
+        && brake.is_none()
         && !held
         && !sample_reached
         && (quota_reached || (candidates.len() as u32) < params.limit);
     let status = match (&failure, exhausted) {
         (Some(_), _) => "FAILED",
+        // Relapsing: stop feeding the loop until someone fixes the cause.
+        (None, _) if brake.is_some() => {
+            failure = brake;
+            "PAUSED"
+        }
         (None, true) => "COMPLETED",
         // A sample is taken: stop for review until someone resumes the task.
         (None, false) if sample_reached => {
@@ -958,26 +965,36 @@ fn relapse_brake(
     handle: &str,
     source_queue_id: i64,
 ) -> Result<Option<String>, StoreError> {
-    let moved: i64 = connection
-        .prepare_cached("SELECT moved FROM move_tasks WHERE handle = ?1")
-        .and_then(|mut select| select.query_row([handle], |row| row.get(0)))
+    let (moved, base_moved, base_count): (i64, i64, i64) = connection
+        .prepare_cached("SELECT moved, relapse_base_moved, relapse_base_count FROM move_tasks WHERE handle = ?1")
+        .and_then(|mut select| select.query_row([handle], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?))))
         .map_err(database_error("relapse_brake: moved"))?;
-    if moved < RELAPSE_MIN_MOVED {
+    let moved_since = moved - base_moved;
+    if moved_since < RELAPSE_MIN_MOVED {
         return Ok(None);
     }
-    let relapsed: i64 = connection
+    let relapsed_since = relapse_count(connection, handle, source_queue_id)? - base_count;
+    Ok((relapsed_since * 100 > RELAPSE_LIMIT_PERCENT * moved_since).then(|| {
+        format!(
+            "Relapse brake: {relapsed_since} of the {moved_since} messages this task moved came back \
+             to the dead-letter queue while it ran (more than {RELAPSE_LIMIT_PERCENT}%); the task \
+             paused. Fix the cause, then resume it, or cancel it."
+        )
+    }))
+}
+
+/// Messages a task moved that are back in its dead-letter queue.
+fn relapse_count(
+    connection: &Connection,
+    handle: &str,
+    source_queue_id: i64,
+) -> Result<i64, StoreError> {
+    connection
         .prepare_cached(
             "SELECT COUNT(*) FROM messages WHERE queue_id = ?1 AND redriven_by_task = ?2",
         )
         .and_then(|mut select| select.query_row(params![source_queue_id, handle], |row| row.get(0)))
-        .map_err(database_error("relapse_brake: relapsed"))?;
-    Ok((relapsed * 100 > RELAPSE_LIMIT_PERCENT * moved).then(|| {
-        format!(
-            "Relapse brake: {relapsed} of the {moved} messages this task moved came back to the \
-             dead-letter queue while it ran (more than {RELAPSE_LIMIT_PERCENT}%); the task stopped. \
-             Fix the cause, then start a new task."
-        )
-    }))
+        .map_err(database_error("relapse_brake: relapsed"))
 }
 
 /// Relapses above this share of the moved messages stop a move task.
@@ -991,7 +1008,11 @@ pub(crate) fn move_task_resume(
 ) -> Result<Option<MoveTaskRecord>, StoreError> {
     let resumed = connection
         .execute(
-            "UPDATE move_tasks SET status = 'RUNNING', sample = NULL, failure_reason = NULL
+            "UPDATE move_tasks SET status = 'RUNNING', sample = NULL, failure_reason = NULL,
+                 relapse_base_moved = moved,
+                 relapse_base_count = (SELECT COUNT(*) FROM messages
+                     WHERE messages.queue_id = move_tasks.source_queue_id
+                       AND messages.redriven_by_task = move_tasks.handle)
              WHERE handle = ?1 AND status = 'PAUSED'",
             [handle],
         )
