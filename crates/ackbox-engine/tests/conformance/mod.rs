@@ -48,6 +48,20 @@ async fn create(store: &dyn Store, name: &str, now: i64) -> i64 {
     }
 }
 
+/// A move task from queue `dlq` (ARN `arn:dlq`), without filters.
+fn task_params(handle: &str, dlq: i64, destination_arn: Option<&str>) -> MoveTaskCreateParams {
+    MoveTaskCreateParams {
+        handle: handle.to_owned(),
+        source_queue_id: dlq,
+        source_arn: "arn:dlq".into(),
+        destination_arn: destination_arn.map(str::to_owned),
+        rate: None,
+        requested_by: "anonymous".into(),
+        filter: MoveFilter::default(),
+        now: T0,
+    }
+}
+
 fn message(body: &str, sent_at: i64, visible_at: i64) -> NewMessage {
     NewMessage {
         message_id: format!("id-{body}"),
@@ -607,30 +621,12 @@ pub async fn move_tasks_move_visible_messages_once_and_wait_for_held_ones(fixtur
         .unwrap();
     assert_eq!(held.messages[0].body, "held");
     let created = store
-        .move_task_create(MoveTaskCreateParams {
-            handle: "task-1".into(),
-            source_queue_id: dlq,
-            source_arn: "arn:dlq".into(),
-            destination_arn: Some("arn:home".into()),
-            rate: None,
-            requested_by: "anonymous".into(),
-            filter: MoveFilter::default(),
-            now: T0,
-        })
+        .move_task_create(task_params("task-1", dlq, Some("arn:home")))
         .await
         .unwrap();
     assert!(matches!(created, MoveTaskCreateOutcome::Created(ref task) if task.to_move == 2));
     let again = store
-        .move_task_create(MoveTaskCreateParams {
-            handle: "task-2".into(),
-            source_queue_id: dlq,
-            source_arn: "arn:dlq".into(),
-            destination_arn: None,
-            rate: None,
-            requested_by: "anonymous".into(),
-            filter: MoveFilter::default(),
-            now: T0,
-        })
+        .move_task_create(task_params("task-2", dlq, None))
         .await
         .unwrap();
     assert_eq!(again, MoveTaskCreateOutcome::AlreadyRunning);
@@ -683,16 +679,7 @@ pub async fn the_relapse_brake_pauses_a_task_whose_messages_come_back(fixture: F
         .collect();
     insert(store, dlq, poison).await;
     store
-        .move_task_create(MoveTaskCreateParams {
-            handle: "brake".into(),
-            source_queue_id: dlq,
-            source_arn: "arn:dlq".into(),
-            destination_arn: Some("arn:home".into()),
-            rate: None,
-            requested_by: "anonymous".into(),
-            filter: MoveFilter::default(),
-            now: T0,
-        })
+        .move_task_create(task_params("brake", dlq, Some("arn:home")))
         .await
         .unwrap();
     let step = || MoveTaskStepParams {
@@ -796,19 +783,13 @@ pub async fn move_task_filters_pick_by_class_age_and_count(fixture: Fixture) {
     }
     let created = store
         .move_task_create(MoveTaskCreateParams {
-            handle: "picky".into(),
-            source_queue_id: dlq,
-            source_arn: "arn:dlq".into(),
-            destination_arn: Some("arn:home".into()),
-            rate: None,
-            requested_by: "anonymous".into(),
             filter: MoveFilter {
                 class: Some("Timeout".into()),
                 sent_before: Some(T0 + 3_000),
                 max_messages: Some(2),
                 sample: None,
             },
-            now: T0,
+            ..task_params("picky", dlq, Some("arn:home"))
         })
         .await
         .unwrap();
