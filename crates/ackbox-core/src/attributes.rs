@@ -33,12 +33,81 @@ const PASSTHROUGH: [&str; 4] = [
 const REDRIVE_POLICY: &str = "RedrivePolicy";
 const REDRIVE_ALLOW_POLICY: &str = "RedriveAllowPolicy";
 
+/// The queue type; set at creation and never changed.
+const FIFO_QUEUE: &str = "FifoQueue";
 /// Attributes only FIFO queues have; on a standard queue SQS calls them unknown.
+const CONTENT_BASED_DEDUPLICATION: &str = "ContentBasedDeduplication";
+const DEDUPLICATION_SCOPE: &str = "DeduplicationScope";
+const FIFO_THROUGHPUT_LIMIT: &str = "FifoThroughputLimit";
 const FIFO_ONLY: [&str; 3] = [
-    "ContentBasedDeduplication",
-    "DeduplicationScope",
-    "FifoThroughputLimit",
+    CONTENT_BASED_DEDUPLICATION,
+    DEDUPLICATION_SCOPE,
+    FIFO_THROUGHPUT_LIMIT,
 ];
+
+/// Which sends a `MessageDeduplicationId` deduplicates against.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DeduplicationScope {
+    /// Every send to the queue (the default).
+    #[default]
+    Queue,
+    /// Only sends to the same message group (high-throughput mode).
+    MessageGroup,
+}
+
+impl DeduplicationScope {
+    fn as_wire(self) -> &'static str {
+        match self {
+            Self::Queue => "queue",
+            Self::MessageGroup => "messageGroup",
+        }
+    }
+}
+
+/// Whether SQS's throughput quota applies per queue or per message group.
+/// ackbox throttles neither; the setting is validated, kept and echoed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FifoThroughputLimit {
+    /// One quota for the queue (the default).
+    #[default]
+    PerQueue,
+    /// One quota per message group (high-throughput mode).
+    PerMessageGroupId,
+}
+
+impl FifoThroughputLimit {
+    fn as_wire(self) -> &'static str {
+        match self {
+            Self::PerQueue => "perQueue",
+            Self::PerMessageGroupId => "perMessageGroupId",
+        }
+    }
+}
+
+/// The settings only a FIFO queue has.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FifoSettings {
+    /// Deduplicate by the body's SHA-256 when a send carries no `MessageDeduplicationId`.
+    pub content_based_deduplication: bool,
+    /// Which sends a deduplication id is compared with.
+    pub deduplication_scope: DeduplicationScope,
+    /// The throughput quota's scope.
+    pub throughput_limit: FifoThroughputLimit,
+}
+
+fn parse_bool(name: &str, value: &str) -> Result<bool, SqsError> {
+    if value.eq_ignore_ascii_case("true") {
+        Ok(true)
+    } else if value.eq_ignore_ascii_case("false") {
+        Ok(false)
+    } else {
+        Err(SqsError::invalid_attribute_value(
+            name,
+            value,
+            &format!("{name} must be true or false."),
+        ))
+    }
+}
 
 /// Read-only attributes a GetQueueAttributes call may name.
 pub const COMPUTED_ATTRIBUTES: [&str; 6] = [
@@ -69,6 +138,8 @@ pub struct QueueAttributes {
     pub redrive_allow_policy: Option<RedriveAllowPolicy>,
     /// Recorded attributes without engine semantics, by wire name.
     pub passthrough: BTreeMap<String, String>,
+    /// `Some` on a FIFO queue: its ordering and deduplication settings.
+    pub fifo: Option<FifoSettings>,
 }
 
 impl Default for QueueAttributes {
@@ -82,6 +153,7 @@ impl Default for QueueAttributes {
             redrive_policy: None,
             redrive_allow_policy: None,
             passthrough: BTreeMap::new(),
+            fifo: None,
         }
     }
 }
@@ -103,84 +175,160 @@ fn parse_ranged(name: &str, value: &str, min: i64, max: i64) -> Result<i64, SqsE
 }
 
 impl QueueAttributes {
-    /// Applies a map of wire attributes on top of `self`, validating each.
+    /// The defaults of a FIFO queue (`fifo`) or a standard one.
+    pub fn for_kind(fifo: bool) -> Self {
+        Self {
+            fifo: fifo.then(FifoSettings::default),
+            ..Self::default()
+        }
+    }
+
+    /// Whether this is a FIFO queue.
+    pub fn is_fifo(&self) -> bool {
+        self.fifo.is_some()
+    }
+
+    /// Applies a map of wire attributes on top of `self`, validating each and
+    /// then their combination.
     pub fn apply<'a>(
         &mut self,
         attributes: impl IntoIterator<Item = (&'a String, &'a String)>,
     ) -> Result<(), SqsError> {
         for (name, value) in attributes {
-            match name.as_str() {
-                DELAY_SECONDS => {
-                    self.delay_seconds =
-                        parse_ranged(name, value, 0, i64::from(MAX_DELAY_SECONDS))?;
-                }
-                MAXIMUM_MESSAGE_SIZE => {
-                    self.maximum_message_size = parse_ranged(
-                        name,
-                        value,
-                        i64::from(MIN_MESSAGE_SIZE_ATTRIBUTE),
-                        i64::from(MAX_MESSAGE_SIZE),
-                    )?;
-                }
-                MESSAGE_RETENTION_PERIOD => {
-                    self.message_retention_period =
-                        parse_ranged(name, value, MIN_RETENTION_SECONDS, MAX_RETENTION_SECONDS)?;
-                }
-                RECEIVE_MESSAGE_WAIT_TIME_SECONDS => {
-                    self.receive_message_wait_time_seconds =
-                        parse_ranged(name, value, 0, i64::from(MAX_WAIT_TIME_SECONDS))?;
-                }
-                VISIBILITY_TIMEOUT => {
-                    self.visibility_timeout =
-                        parse_ranged(name, value, 0, MAX_VISIBILITY_TIMEOUT_SECONDS)?;
-                }
-                passthrough if PASSTHROUGH.contains(&passthrough) => {
-                    self.passthrough.insert(name.clone(), value.clone());
-                }
-                "FifoQueue" if value.eq_ignore_ascii_case("false") => {}
-                "FifoQueue" if value.eq_ignore_ascii_case("true") => {
+            self.apply_one(name, value)?;
+        }
+        self.validate_combination()
+    }
+
+    fn apply_one(&mut self, name: &str, value: &str) -> Result<(), SqsError> {
+        match name {
+            DELAY_SECONDS => {
+                self.delay_seconds = parse_ranged(name, value, 0, i64::from(MAX_DELAY_SECONDS))?;
+            }
+            MAXIMUM_MESSAGE_SIZE => {
+                self.maximum_message_size = parse_ranged(
+                    name,
+                    value,
+                    i64::from(MIN_MESSAGE_SIZE_ATTRIBUTE),
+                    i64::from(MAX_MESSAGE_SIZE),
+                )?;
+            }
+            MESSAGE_RETENTION_PERIOD => {
+                self.message_retention_period =
+                    parse_ranged(name, value, MIN_RETENTION_SECONDS, MAX_RETENTION_SECONDS)?;
+            }
+            RECEIVE_MESSAGE_WAIT_TIME_SECONDS => {
+                self.receive_message_wait_time_seconds =
+                    parse_ranged(name, value, 0, i64::from(MAX_WAIT_TIME_SECONDS))?;
+            }
+            VISIBILITY_TIMEOUT => {
+                self.visibility_timeout =
+                    parse_ranged(name, value, 0, MAX_VISIBILITY_TIMEOUT_SECONDS)?;
+            }
+            passthrough if PASSTHROUGH.contains(&passthrough) => {
+                self.passthrough.insert(name.to_owned(), value.to_owned());
+            }
+            FIFO_QUEUE => {
+                if parse_bool(name, value)? != self.is_fifo() {
                     return Err(SqsError::new(
                         ErrorCode::InvalidAttributeValue,
                         "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not supported.",
                     ));
                 }
-                "FifoQueue" => {
-                    return Err(SqsError::invalid_attribute_value(
-                        name,
-                        value,
-                        "FifoQueue must be true or false.",
-                    ));
-                }
-                fifo_only if FIFO_ONLY.contains(&fifo_only) => {
+            }
+            fifo_only if FIFO_ONLY.contains(&fifo_only) => {
+                let Some(fifo) = &mut self.fifo else {
                     return Err(SqsError::new(
                         ErrorCode::InvalidAttributeName,
                         format!(
                             "You can specify the {fifo_only} only when FifoQueue is set to true."
                         ),
                     ));
+                };
+                match fifo_only {
+                    CONTENT_BASED_DEDUPLICATION => {
+                        fifo.content_based_deduplication = parse_bool(name, value)?;
+                    }
+                    DEDUPLICATION_SCOPE => {
+                        fifo.deduplication_scope = match value {
+                            "queue" => DeduplicationScope::Queue,
+                            "messageGroup" => DeduplicationScope::MessageGroup,
+                            _ => {
+                                return Err(SqsError::invalid_attribute_value(
+                                    name,
+                                    value,
+                                    "DeduplicationScope must be queue or messageGroup.",
+                                ));
+                            }
+                        };
+                    }
+                    _ => {
+                        fifo.throughput_limit = match value {
+                            "perQueue" => FifoThroughputLimit::PerQueue,
+                            "perMessageGroupId" => FifoThroughputLimit::PerMessageGroupId,
+                            _ => {
+                                return Err(SqsError::invalid_attribute_value(
+                                    name,
+                                    value,
+                                    "FifoThroughputLimit must be perQueue or perMessageGroupId.",
+                                ));
+                            }
+                        };
+                    }
                 }
-                // The empty string removes a policy, as on SQS.
-                REDRIVE_POLICY => {
-                    self.redrive_policy = (!value.is_empty()).then(|| value.parse()).transpose()?;
-                }
-                REDRIVE_ALLOW_POLICY => {
-                    self.redrive_allow_policy =
-                        (!value.is_empty()).then(|| value.parse()).transpose()?;
-                }
-                unknown => {
-                    return Err(SqsError::new(
-                        ErrorCode::InvalidAttributeName,
-                        format!("Unknown Attribute {unknown}."),
-                    ));
-                }
+            }
+            // The empty string removes a policy, as on SQS.
+            REDRIVE_POLICY => {
+                self.redrive_policy = (!value.is_empty()).then(|| value.parse()).transpose()?;
+            }
+            REDRIVE_ALLOW_POLICY => {
+                self.redrive_allow_policy =
+                    (!value.is_empty()).then(|| value.parse()).transpose()?;
+            }
+            unknown => {
+                return Err(SqsError::new(
+                    ErrorCode::InvalidAttributeName,
+                    format!("Unknown Attribute {unknown}."),
+                ));
             }
         }
         Ok(())
     }
 
+    /// SQS allows per-group throughput only with per-group deduplication.
+    fn validate_combination(&self) -> Result<(), SqsError> {
+        match self.fifo {
+            Some(FifoSettings {
+                throughput_limit: FifoThroughputLimit::PerMessageGroupId,
+                deduplication_scope: DeduplicationScope::Queue,
+                ..
+            }) => Err(SqsError::new(
+                ErrorCode::InvalidAttributeValue,
+                "Invalid value for the parameter FifoThroughputLimit. Reason: The perMessageGroupId \
+                 value is allowed only when the value for DeduplicationScope is messageGroup.",
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The settable attributes as wire strings, by name.
     pub fn to_map(&self) -> BTreeMap<String, String> {
         let mut map = self.passthrough.clone();
+        if let Some(fifo) = &self.fifo {
+            map.insert(FIFO_QUEUE.to_owned(), "true".to_owned());
+            map.insert(
+                CONTENT_BASED_DEDUPLICATION.to_owned(),
+                fifo.content_based_deduplication.to_string(),
+            );
+            map.insert(
+                DEDUPLICATION_SCOPE.to_owned(),
+                fifo.deduplication_scope.as_wire().to_owned(),
+            );
+            map.insert(
+                FIFO_THROUGHPUT_LIMIT.to_owned(),
+                fifo.throughput_limit.as_wire().to_owned(),
+            );
+        }
         if let Some(policy) = &self.redrive_policy {
             map.insert(REDRIVE_POLICY.to_owned(), policy.to_string());
         }
@@ -209,7 +357,10 @@ impl QueueAttributes {
 
     /// Rebuilds attributes from a map that [`QueueAttributes::to_map`] produced.
     pub fn from_map(map: &BTreeMap<String, String>) -> Result<Self, SqsError> {
-        let mut attributes = Self::default();
+        let fifo = map
+            .get(FIFO_QUEUE)
+            .is_some_and(|value| value.eq_ignore_ascii_case("true"));
+        let mut attributes = Self::for_kind(fifo);
         attributes.apply(map)?;
         Ok(attributes)
     }
@@ -237,7 +388,8 @@ pub fn is_known_attribute_name(name: &str) -> bool {
     name == "All"
         || COMPUTED_ATTRIBUTES.contains(&name)
         || PASSTHROUGH.contains(&name)
-        || [REDRIVE_POLICY, REDRIVE_ALLOW_POLICY].contains(&name)
+        || [REDRIVE_POLICY, REDRIVE_ALLOW_POLICY, FIFO_QUEUE].contains(&name)
+        || FIFO_ONLY.contains(&name)
         || [
             DELAY_SECONDS,
             MAXIMUM_MESSAGE_SIZE,
@@ -313,6 +465,63 @@ mod tests {
             .unwrap_err();
         assert_eq!(error.code, ErrorCode::InvalidAttributeValue);
         assert!(attributes.apply(&map(&[("FifoQueue", "false")])).is_ok());
+    }
+
+    #[test]
+    fn fifo_settings_parse_round_trip_and_keep_their_kind() {
+        let mut attributes = QueueAttributes::for_kind(true);
+        attributes
+            .apply(&map(&[
+                ("FifoQueue", "true"),
+                ("ContentBasedDeduplication", "true"),
+                ("DeduplicationScope", "messageGroup"),
+                ("FifoThroughputLimit", "perMessageGroupId"),
+            ]))
+            .unwrap();
+        assert_eq!(
+            attributes.fifo,
+            Some(FifoSettings {
+                content_based_deduplication: true,
+                deduplication_scope: DeduplicationScope::MessageGroup,
+                throughput_limit: FifoThroughputLimit::PerMessageGroupId,
+            })
+        );
+        let stored = attributes.to_map();
+        assert_eq!(stored["FifoQueue"], "true");
+        assert_eq!(QueueAttributes::from_map(&stored).unwrap(), attributes);
+        let error = attributes
+            .apply(&map(&[("FifoQueue", "false")]))
+            .unwrap_err();
+        assert_eq!(
+            error.message,
+            "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not supported."
+        );
+        let error = attributes
+            .apply(&map(&[("DeduplicationScope", "everywhere")]))
+            .unwrap_err();
+        assert_eq!(error.code, ErrorCode::InvalidAttributeValue);
+        assert!(error.message.contains("everywhere"), "{}", error.message);
+    }
+
+    #[test]
+    fn per_group_throughput_needs_per_group_deduplication() {
+        let mut attributes = QueueAttributes::for_kind(true);
+        let error = attributes
+            .apply(&map(&[("FifoThroughputLimit", "perMessageGroupId")]))
+            .unwrap_err();
+        assert_eq!(error.code, ErrorCode::InvalidAttributeValue);
+        assert!(
+            error.message.contains("DeduplicationScope"),
+            "{}",
+            error.message
+        );
+        // Both in one request: judged together, after every value is applied.
+        attributes
+            .apply(&map(&[
+                ("FifoThroughputLimit", "perMessageGroupId"),
+                ("DeduplicationScope", "messageGroup"),
+            ]))
+            .unwrap();
     }
 
     #[test]

@@ -14,6 +14,12 @@ pub fn md5_of_body(body: &str) -> String {
     hex::encode(Md5::digest(body.as_bytes()))
 }
 
+/// The deduplication id of a FIFO send with content-based deduplication:
+/// lowercase hex SHA-256 of the body (attributes are not part of it, as on SQS).
+pub fn content_deduplication_id(body: &str) -> String {
+    hex::encode(sha2::Sha256::digest(body.as_bytes()))
+}
+
 /// Lowercase hex MD5 of message attributes, or `None` when there are none.
 pub fn md5_of_attributes(attributes: &MessageAttributes) -> Option<String> {
     if attributes.is_empty() {
@@ -121,5 +127,13 @@ mod tests {
     #[test]
     fn no_attributes_no_digest() {
         assert_eq!(md5_of_attributes(&MessageAttributes::new()), None);
+    }
+
+    #[test]
+    fn content_deduplication_id_is_the_bodys_sha256() {
+        assert_eq!(
+            content_deduplication_id("hello"),
+            "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824"
+        );
     }
 }

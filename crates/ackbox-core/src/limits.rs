@@ -57,3 +57,9 @@ pub const MAX_REDRIVE_ALLOW_SOURCES: usize = 10;
 pub const MAX_MOVE_TASK_RATE: i32 = 500;
 /// Most move tasks one ListMessageMoveTasks call returns.
 pub const MAX_LIST_MOVE_TASKS: i32 = 10;
+/// How long a FIFO queue remembers a deduplication id, seconds.
+pub const FIFO_DEDUPLICATION_WINDOW_SECONDS: i64 = 300;
+/// How long a FIFO `ReceiveRequestAttemptId` can be retried, seconds.
+pub const RECEIVE_ATTEMPT_WINDOW_SECONDS: i64 = 300;
+/// Longest `MessageGroupId`, `MessageDeduplicationId` or `ReceiveRequestAttemptId`.
+pub const MAX_FIFO_TOKEN_LEN: usize = 128;

@@ -151,18 +151,26 @@ impl Engine {
         tags: &BTreeMap<String, String>,
     ) -> Result<QueueName, EngineError> {
         let name: QueueName = name.parse()?;
-        if name.is_fifo()
-            || attributes
-                .get("FifoQueue")
-                .is_some_and(|fifo| fifo.eq_ignore_ascii_case("true"))
-        {
-            return Err(SqsError::new(
-                ErrorCode::UnsupportedOperation,
-                "FIFO queues are not supported by this ackbox version yet.",
+        let fifo_requested = attributes
+            .get("FifoQueue")
+            .is_some_and(|fifo| fifo.eq_ignore_ascii_case("true"));
+        if fifo_requested && !name.is_fifo() {
+            return Err(SqsError::invalid_value(
+                "The name of a FIFO queue can only include alphanumeric characters, hyphens, or \
+                 underscores, must end with .fifo suffix and be 1 to 80 in length.",
             )
             .into());
         }
-        let mut settings = QueueAttributes::default();
+        if name.is_fifo() && !fifo_requested {
+            return Err(SqsError::invalid_parameter(
+                "QueueName",
+                &name,
+                "Only a FIFO queue's name may end with .fifo; set the FifoQueue attribute to \
+                 true to create one.",
+            )
+            .into());
+        }
+        let mut settings = QueueAttributes::for_kind(name.is_fifo());
         settings.apply(attributes)?;
         validate_tags(tags)?;
 
@@ -182,6 +190,7 @@ impl Engine {
                 tags: tags.clone(),
                 now,
                 deleted_after: now - QUEUE_RECREATE_COOLDOWN_SECONDS * 1_000,
+                fifo: settings.is_fifo(),
             })
             .await?;
         match outcome {
@@ -227,6 +236,11 @@ impl Engine {
             }
             Err(other) => return Err(other),
         };
+        if target.snapshot().attributes.is_fifo() != settings.is_fifo() {
+            return Err(
+                invalid("Dead-letter queue must be same type of queue as the source.").into(),
+            );
+        }
         let source_arn = self.realm().queue_arn(source);
         if let Some(allow) = &target.snapshot().attributes.redrive_allow_policy
             && !allow.allows(&source_arn)

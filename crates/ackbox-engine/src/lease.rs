@@ -15,8 +15,8 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::queue::Queue;
 use crate::store::{
-    ChangeVisibilityOutcome, LeaseRef, MessageChangeVisibilityParams, MessageDeleteParams,
-    VisibilityChange,
+    ChangeVisibilityOutcome, DeleteOutcome, LeaseRef, MessageChangeVisibilityParams,
+    MessageDeleteParams, VisibilityChange,
 };
 
 impl Engine {
@@ -60,7 +60,9 @@ impl Engine {
             .iter()
             .filter_map(|lease| lease.as_ref().ok().copied())
             .collect();
-        if !leases.is_empty() {
+        let mut outcomes = if leases.is_empty() {
+            Vec::new()
+        } else {
             self.inner
                 .store
                 .message_delete_batch(MessageDeleteParams {
@@ -68,9 +70,34 @@ impl Engine {
                     now,
                     leases,
                 })
-                .await?;
+                .await?
         }
-        Ok(opened.into_iter().map(|lease| lease.map(|_| ())).collect())
+        .into_iter();
+        let mut released = false;
+        let results = opened
+            .into_iter()
+            .zip(handles)
+            .map(|(lease, handle)| {
+                lease?;
+                match outcomes.next().expect("one outcome per valid handle") {
+                    DeleteOutcome::Expired => Err(SqsError::invalid_parameter(
+                        "ReceiptHandle",
+                        handle,
+                        "The receipt handle has expired.",
+                    )),
+                    DeleteOutcome::Deleted => {
+                        released = true;
+                        Ok(())
+                    }
+                    DeleteOutcome::AlreadyGone | DeleteOutcome::LeasedToAnother => Ok(()),
+                }
+            })
+            .collect();
+        // On a FIFO queue a delete may unblock the message's group.
+        if released && queue.snapshot().attributes.is_fifo() {
+            queue.arrivals.notify_waiters();
+        }
+        Ok(results)
     }
 
     /// ChangeMessageVisibility.

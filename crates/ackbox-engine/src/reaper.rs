@@ -5,6 +5,8 @@
 //! keeps the counters honest for queues nobody reads. It deletes in bounded
 //! chunks so one huge expiry never holds the writer for long.
 
+use ackbox_core::limits::{FIFO_DEDUPLICATION_WINDOW_SECONDS, RECEIVE_ATTEMPT_WINDOW_SECONDS};
+
 use crate::engine::Engine;
 use crate::store::MessageExpireParams;
 
@@ -23,6 +25,7 @@ pub(crate) fn spawn(engine: &Engine) {
                 () = tokio::time::sleep(interval) => {}
             }
             engine.sweep_expired().await;
+            engine.sweep_fifo_windows().await;
         }
     });
 }
@@ -51,5 +54,20 @@ impl Engine {
             }
         }
         total
+    }
+
+    /// Forgets FIFO deduplication ids and receive attempts past their window.
+    /// Lookups check the age themselves, so this only bounds the tables.
+    pub(crate) async fn sweep_fifo_windows(&self) {
+        let window_ms =
+            FIFO_DEDUPLICATION_WINDOW_SECONDS.max(RECEIVE_ATTEMPT_WINDOW_SECONDS) * 1_000;
+        if let Err(error) = self
+            .inner
+            .store
+            .fifo_window_expire(self.now() - window_ms)
+            .await
+        {
+            tracing::warn!(%error, "FIFO window sweep failed; will retry");
+        }
     }
 }

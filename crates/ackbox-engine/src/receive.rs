@@ -16,6 +16,7 @@ use ackbox_core::digest::md5_of_attributes;
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_core::limits::{
     MAX_RECEIVE_MESSAGES, MAX_VISIBILITY_TIMEOUT_SECONDS, MAX_WAIT_TIME_SECONDS,
+    RECEIVE_ATTEMPT_WINDOW_SECONDS,
 };
 use ackbox_core::message::MessageAttributes;
 use ackbox_core::queue_name::QueueName;
@@ -25,9 +26,10 @@ use tokio::time::Instant;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::queue::Queue;
-use crate::send::TRACE_HEADER_ATTRIBUTE;
+use crate::send::{TRACE_HEADER_ATTRIBUTE, sequence_number, validate_fifo_token};
 use crate::store::{
-    DeadLetterTarget, FailureClassCount, MessagePeekParams, MessageReceiveParams, StoredMessage,
+    DeadLetterTarget, FailureClassCount, MessagePeekParams, MessageReceiveParams, ReceiveAttempt,
+    StoredMessage,
 };
 
 /// Longest a waiting poller goes without looking again, in case a wake-up was
@@ -75,6 +77,9 @@ pub struct ReceiveRequest {
     pub system_attribute_names: Vec<String>,
     /// Message attributes to return: names, `prefix.*`, `All` or `.*`.
     pub message_attribute_names: Vec<String>,
+    /// FIFO queues: a retry token; a retried receive within five minutes
+    /// returns the same messages and handles. Standard queues ignore it.
+    pub receive_request_attempt_id: Option<String>,
 }
 
 /// Most messages one PeekMessages call returns.
@@ -117,7 +122,13 @@ impl MessageView {
         let timestamp = |at: Timestamp| at.to_string();
         let failures = message.failures;
         let failed = failures.count > 0;
-        let system: [(&str, Option<String>); 13] = [
+        // Only FIFO messages carry a deduplication id, and only they have a
+        // SequenceNumber.
+        let fifo_sequence = message
+            .deduplication_id
+            .is_some()
+            .then(|| sequence_number(message.seq));
+        let system: [(&str, Option<String>); 15] = [
             ("SenderId", Some(message.sender_id)),
             ("SentTimestamp", Some(timestamp(message.sent_at))),
             (
@@ -129,6 +140,8 @@ impl MessageView {
                 message.first_received_at.map(timestamp),
             ),
             ("MessageGroupId", message.group_id),
+            ("SequenceNumber", fifo_sequence),
+            ("MessageDeduplicationId", message.deduplication_id),
             ("DeadLetterQueueSourceArn", message.dead_letter_source_arn),
             (TRACE_HEADER_ATTRIBUTE, message.trace_header),
             (FAILURE_COUNT, failed.then(|| failures.count.to_string())),
@@ -214,6 +227,9 @@ impl ReceiveRequest {
             MAX_VISIBILITY_TIMEOUT_SECONDS,
             &format!("Must be >= 0 and <= {MAX_VISIBILITY_TIMEOUT_SECONDS}, if provided."),
         )?;
+        if let Some(attempt_id) = &self.receive_request_attempt_id {
+            validate_fifo_token("ReceiveRequestAttemptId", attempt_id)?;
+        }
         if let Some(unknown) = self
             .system_attribute_names
             .iter()
@@ -294,6 +310,7 @@ impl Engine {
                     visible_at: now + visibility_ms,
                     expired_at_or_before: now - retention_ms,
                     dead_letter,
+                    attempt: self.receive_attempt(&snapshot.attributes, request, now),
                 })
                 .await?;
             if outcome.dead_lettered > 0
@@ -328,6 +345,22 @@ impl Engine {
                 () = self.inner.shutdown.cancelled() => return Ok(Vec::new()),
             }
         }
+    }
+
+    fn receive_attempt(
+        &self,
+        attributes: &QueueAttributes,
+        request: &ReceiveRequest,
+        now: Timestamp,
+    ) -> Option<ReceiveAttempt> {
+        let id = request
+            .receive_request_attempt_id
+            .clone()
+            .filter(|_| attributes.is_fifo())?;
+        Some(ReceiveAttempt {
+            id,
+            valid_after: now - RECEIVE_ATTEMPT_WINDOW_SECONDS * 1_000,
+        })
     }
 
     /// The live dead-letter queue of a queue with a redrive policy, and its

@@ -4,9 +4,12 @@
 //! store call (one group commit) and the sender is answered only after that
 //! commit, so a success response always means the message is durable.
 
-use ackbox_core::digest::{md5_of_attributes, md5_of_body};
+use ackbox_core::attributes::{DeduplicationScope, FifoSettings};
+use ackbox_core::digest::{content_deduplication_id, md5_of_attributes, md5_of_body};
 use ackbox_core::error::{ErrorCode, SqsError};
-use ackbox_core::limits::{MAX_BATCH_PAYLOAD, MAX_DELAY_SECONDS};
+use ackbox_core::limits::{
+    FIFO_DEDUPLICATION_WINDOW_SECONDS, MAX_BATCH_PAYLOAD, MAX_DELAY_SECONDS, MAX_FIFO_TOKEN_LEN,
+};
 use ackbox_core::message::{
     MessageAttributeValue, MessageAttributes, message_size, validate_body,
     validate_message_attributes,
@@ -16,7 +19,7 @@ use ackbox_core::queue_name::QueueName;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::queue::Queue;
-use crate::store::{MessageInsertParams, NewMessage};
+use crate::store::{Deduplication, MessageInsertParams, NewMessage};
 
 /// The system attribute a sender may set.
 pub const TRACE_HEADER_ATTRIBUTE: &str = "AWSTraceHeader";
@@ -49,11 +52,22 @@ pub struct SentMessage {
     pub md5_of_attributes: Option<String>,
     /// `MD5OfMessageSystemAttributes`, when a trace header was sent.
     pub md5_of_system_attributes: Option<String>,
+    /// On a FIFO queue: the message's `SequenceNumber` (its first send's, for
+    /// a duplicate).
+    pub sequence_number: Option<String>,
 }
 
-fn validate_group_id(parameter: &str, value: &str) -> Result<(), SqsError> {
-    let valid =
-        (1..=128).contains(&value.len()) && value.bytes().all(|byte| byte.is_ascii_graphic());
+/// A FIFO message's `SequenceNumber`: its store sequence number, which only
+/// grows, as 20 digits so that strings sort like the numbers.
+pub(crate) fn sequence_number(seq: i64) -> String {
+    format!("{seq:020}")
+}
+
+/// Checks a `MessageGroupId`, `MessageDeduplicationId` or
+/// `ReceiveRequestAttemptId`: 1 to 128 printable ASCII characters.
+pub(crate) fn validate_fifo_token(parameter: &str, value: &str) -> Result<(), SqsError> {
+    let valid = (1..=MAX_FIFO_TOKEN_LEN).contains(&value.len())
+        && value.bytes().all(|byte| byte.is_ascii_graphic());
     if valid {
         Ok(())
     } else {
@@ -61,7 +75,7 @@ fn validate_group_id(parameter: &str, value: &str) -> Result<(), SqsError> {
             parameter,
             value,
             &format!(
-                "{parameter} can only include alphanumeric and punctuation characters. 1 to 128 in length."
+                "{parameter} can only include alphanumeric and punctuation characters. 1 to {MAX_FIFO_TOKEN_LEN} in length."
             ),
         ))
     }
@@ -89,7 +103,7 @@ impl Engine {
         sender_id: &str,
     ) -> Result<SentMessage, EngineError> {
         let queue = self.queue(queue_name).await?;
-        let message = self.prepare(&queue, entry, sender_id)?;
+        let message = self.prepare(&queue, entry, sender_id, Sending::One)?;
         let sent = self.insert(&queue, vec![message]).await?;
         Ok(sent
             .into_iter()
@@ -119,7 +133,7 @@ impl Engine {
         }
         let prepared: Vec<Result<NewMessage, SqsError>> = entries
             .into_iter()
-            .map(|entry| self.prepare(&queue, entry, sender_id))
+            .map(|entry| self.prepare(&queue, entry, sender_id, Sending::Batch))
             .collect();
         let valid: Vec<NewMessage> = prepared
             .iter()
@@ -137,6 +151,7 @@ impl Engine {
         queue: &Queue,
         entry: SendEntry,
         sender_id: &str,
+        sending: Sending,
     ) -> Result<NewMessage, SqsError> {
         let attributes = queue.snapshot().attributes.clone();
         validate_body(&entry.body)?;
@@ -159,15 +174,25 @@ impl Engine {
             Some(delay) => i64::from(delay),
             None => attributes.delay_seconds,
         };
-        if let Some(deduplication_id) = &entry.deduplication_id {
-            return Err(SqsError::invalid_parameter(
-                "MessageDeduplicationId",
-                deduplication_id,
-                "The request includes a parameter that is not valid for this queue type.",
-            ));
-        }
+        let (delay, deduplication) = match &attributes.fifo {
+            Some(fifo) => (
+                // A FIFO queue delays by its own DelaySeconds only.
+                attributes.delay_seconds,
+                Some(fifo_deduplication(fifo, &entry, sending)?),
+            ),
+            None => {
+                if let Some(deduplication_id) = &entry.deduplication_id {
+                    return Err(SqsError::invalid_parameter(
+                        "MessageDeduplicationId",
+                        deduplication_id,
+                        "The request includes a parameter that is not valid for this queue type.",
+                    ));
+                }
+                (delay, None)
+            }
+        };
         if let Some(group_id) = &entry.group_id {
-            validate_group_id("MessageGroupId", group_id)?;
+            validate_fifo_token("MessageGroupId", group_id)?;
         }
         if let Some(trace_header) = &entry.trace_header {
             validate_message_attributes(&system_attributes(Some(trace_header)))?;
@@ -184,6 +209,7 @@ impl Engine {
             sender_id: sender_id.to_owned(),
             sent_at: now,
             visible_at: now + delay * 1_000,
+            deduplication,
         })
     }
 
@@ -195,34 +221,102 @@ impl Engine {
         if messages.is_empty() {
             return Ok(Vec::new());
         }
-        let sent = messages
+        let fifo = queue.snapshot().attributes.is_fifo();
+        // The digests describe what this request sent, duplicate or not, so
+        // that clients checking them against their own message agree.
+        let digests: Vec<_> = messages
             .iter()
-            .map(|message| SentMessage {
-                message_id: message.message_id.clone(),
-                md5_of_body: message.md5_of_body.clone(),
-                md5_of_attributes: message.md5_of_attributes.clone(),
-                md5_of_system_attributes: md5_of_attributes(&system_attributes(
-                    message.trace_header.as_deref(),
-                )),
+            .map(|message| {
+                (
+                    message.md5_of_body.clone(),
+                    message.md5_of_attributes.clone(),
+                    md5_of_attributes(&system_attributes(message.trace_header.as_deref())),
+                )
             })
             .collect();
-        let count = messages.len();
-        self.inner
+        let inserted = self
+            .inner
             .store
             .message_insert_batch(MessageInsertParams {
                 queue_id: queue.id,
                 messages,
+                deduplication_window_start: self.now() - FIFO_DEDUPLICATION_WINDOW_SECONDS * 1_000,
             })
             .await?;
         // One poller per message is enough (a poller takes up to ten), and
         // waking every poller on every send costs a store round trip each.
         // Delayed messages wake a poller too: it learns when the next message
         // becomes visible and sleeps exactly until then.
-        for _ in 0..count {
+        for _ in inserted.iter().filter(|message| !message.duplicate) {
             queue.arrivals.notify_one();
         }
-        Ok(sent)
+        Ok(inserted
+            .into_iter()
+            .zip(digests)
+            .map(
+                |(message, (md5_of_body, md5_of_attributes, md5_of_system_attributes))| {
+                    SentMessage {
+                        message_id: message.message_id,
+                        md5_of_body,
+                        md5_of_attributes,
+                        md5_of_system_attributes,
+                        sequence_number: fifo.then(|| sequence_number(message.seq)),
+                    }
+                },
+            )
+            .collect())
     }
+}
+
+/// Whether a send is SendMessage or an entry of SendMessageBatch: SQS reports
+/// a missing group differently for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sending {
+    One,
+    Batch,
+}
+
+/// The deduplication key of a send to a FIFO queue, after the checks only
+/// FIFO queues make: a group is required, a per-message delay is not allowed,
+/// and a deduplication id must be given unless the queue derives it.
+fn fifo_deduplication(
+    fifo: &FifoSettings,
+    entry: &SendEntry,
+    sending: Sending,
+) -> Result<Deduplication, SqsError> {
+    if let Some(delay) = entry.delay_seconds.filter(|delay| *delay != 0) {
+        // SQS's own wording, grammar included.
+        return Err(SqsError::invalid_parameter(
+            "DelaySeconds",
+            delay,
+            "The request include parameter that is not valid for this queue type.",
+        ));
+    }
+    let Some(group_id) = &entry.group_id else {
+        let message = "The request must contain the parameter MessageGroupId.";
+        return Err(match sending {
+            Sending::One => SqsError::new(ErrorCode::MissingParameter, message),
+            Sending::Batch => SqsError::invalid_value(message),
+        });
+    };
+    let id = match &entry.deduplication_id {
+        Some(id) => {
+            validate_fifo_token("MessageDeduplicationId", id)?;
+            id.clone()
+        }
+        None if fifo.content_based_deduplication => content_deduplication_id(&entry.body),
+        None => {
+            return Err(SqsError::invalid_value(
+                "The queue should either have ContentBasedDeduplication enabled or \
+                 MessageDeduplicationId provided explicitly",
+            ));
+        }
+    };
+    let scope = match fifo.deduplication_scope {
+        DeduplicationScope::Queue => String::new(),
+        DeduplicationScope::MessageGroup => group_id.clone(),
+    };
+    Ok(Deduplication { scope, id })
 }
 
 #[cfg(test)]
@@ -231,9 +325,9 @@ mod tests {
 
     #[test]
     fn group_ids_are_printable_ascii_up_to_128() {
-        assert!(validate_group_id("MessageGroupId", "order-1:eu/x").is_ok());
+        assert!(validate_fifo_token("MessageGroupId", "order-1:eu/x").is_ok());
         for bad in ["", "has space", &"g".repeat(129), "ü"] {
-            assert!(validate_group_id("MessageGroupId", bad).is_err(), "{bad}");
+            assert!(validate_fifo_token("MessageGroupId", bad).is_err(), "{bad}");
         }
     }
 }

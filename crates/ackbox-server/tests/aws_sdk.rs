@@ -120,13 +120,22 @@ async fn create_queue_is_idempotent_but_refuses_different_attributes() {
         .await
         .unwrap_err();
     assert_eq!(code(bad_name), "InvalidParameterValue");
-    let fifo = client
+    // The type and the name must agree.
+    let fifo_name_only = client
         .create_queue()
-        .queue_name("later.fifo")
+        .queue_name("orders.fifo")
         .send()
         .await
         .unwrap_err();
-    assert_eq!(code(fifo), "AWS.SimpleQueueService.UnsupportedOperation");
+    assert_eq!(code(fifo_name_only), "InvalidParameterValue");
+    let fifo_attribute_only = client
+        .create_queue()
+        .queue_name("orders")
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(fifo_attribute_only), "InvalidParameterValue");
 }
 
 #[tokio::test]

@@ -206,3 +206,125 @@ async fn sigterm_flushes_and_a_restart_finds_everything() {
     let found = drain(&client, &url, Instant::now()).await;
     assert_eq!(found.len(), 50);
 }
+
+/// One acknowledged FIFO send: its group, its index in the group, and what
+/// the broker answered.
+#[derive(Debug, Clone)]
+struct FifoAck {
+    group: usize,
+    index: usize,
+    message_id: String,
+    sequence_number: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inv5_kill9_keeps_fifo_order_and_the_dedup_window() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, &[]);
+    let client = sqs_client(&server.url());
+    let url = client
+        .create_queue()
+        .queue_name("crash.fifo")
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let acknowledged = Arc::new(Mutex::new(Vec::<FifoAck>::new()));
+    let mut senders = Vec::new();
+    for group in 0..4 {
+        let (client, url, acknowledged) = (client.clone(), url.clone(), Arc::clone(&acknowledged));
+        senders.push(tokio::spawn(async move {
+            for round in 0..100_000 {
+                let mut request = client.send_message_batch().queue_url(&url);
+                for offset in 0..10 {
+                    let index = round * 10 + offset;
+                    request = request.entries(
+                        SendMessageBatchRequestEntry::builder()
+                            .id(offset.to_string())
+                            .message_body(format!("g{group}-{index}"))
+                            .message_group_id(format!("g{group}"))
+                            .message_deduplication_id(format!("g{group}-{index}"))
+                            .build()
+                            .unwrap(),
+                    );
+                }
+                let Ok(output) = request.send().await else {
+                    return;
+                };
+                let mut acknowledged = acknowledged.lock().unwrap();
+                for entry in output.successful() {
+                    acknowledged.push(FifoAck {
+                        group,
+                        index: round * 10 + entry.id().parse::<usize>().unwrap(),
+                        message_id: entry.message_id().to_owned(),
+                        sequence_number: entry.sequence_number().unwrap().to_owned(),
+                    });
+                }
+            }
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while acknowledged.lock().unwrap().len() < 2_000 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.kill9();
+    for sender in senders {
+        tokio::time::timeout(Duration::from_secs(60), sender)
+            .await
+            .expect("senders notice the crash")
+            .unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(acknowledged.len() >= 100, "progress before the crash");
+
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, &[]);
+    let client = sqs_client(&server.url());
+    // The window survived: resending an acknowledged message returns the
+    // first send's id and sequence number and enqueues nothing.
+    for ack in acknowledged.iter().step_by(97) {
+        let again = client
+            .send_message()
+            .queue_url(&url)
+            .message_body("resent after the crash")
+            .message_group_id(format!("g{}", ack.group))
+            .message_deduplication_id(format!("g{}-{}", ack.group, ack.index))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(again.message_id(), Some(ack.message_id.as_str()));
+        assert_eq!(again.sequence_number(), Some(ack.sequence_number.as_str()));
+    }
+    // Every group comes back complete up to its last acknowledged send, in
+    // order, without a gap or a repeat.
+    let drained = drain(&client, &url, Instant::now()).await;
+    let mut per_group: Vec<Vec<usize>> = vec![Vec::new(); 4];
+    for body in &drained {
+        assert_ne!(body, "resent after the crash", "a duplicate was enqueued");
+        let (group, index) = body[1..].split_once('-').unwrap();
+        per_group[group.parse::<usize>().unwrap()].push(index.parse().unwrap());
+    }
+    for (group, indices) in per_group.iter().enumerate() {
+        let last_acknowledged = acknowledged
+            .iter()
+            .filter(|ack| ack.group == group)
+            .map(|ack| ack.index)
+            .max();
+        let expected_at_least = last_acknowledged.map_or(0, |last| last + 1);
+        assert!(
+            indices.len() >= expected_at_least,
+            "group {group} lost messages"
+        );
+        assert!(
+            indices
+                .iter()
+                .enumerate()
+                .all(|(position, index)| position == *index),
+            "group {group} out of order or with a gap: {:?}",
+            &indices[..indices.len().min(20)]
+        );
+    }
+    assert!(server.terminate());
+}

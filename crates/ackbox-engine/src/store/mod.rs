@@ -96,6 +96,8 @@ pub struct QueueCreateParams {
     pub now: Timestamp,
     /// A name deleted at or after this instant may not be created yet.
     pub deleted_after: Timestamp,
+    /// A FIFO queue: the store keeps its message groups in order.
+    pub fifo: bool,
 }
 
 /// What [`Store::queue_create`] did.
@@ -196,6 +198,17 @@ pub struct NewMessage {
     pub sent_at: Timestamp,
     /// When it first becomes receivable (after any delay).
     pub visible_at: Timestamp,
+    /// On a FIFO queue: the deduplication id and its scope.
+    pub deduplication: Option<Deduplication>,
+}
+
+/// A FIFO send's deduplication key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deduplication {
+    /// Empty for queue-wide deduplication, else the message group.
+    pub scope: String,
+    /// `MessageDeduplicationId`, or the body's SHA-256 with content-based deduplication.
+    pub id: String,
 }
 
 /// Parameters of [`Store::message_insert_batch`].
@@ -205,6 +218,20 @@ pub struct MessageInsertParams {
     pub queue_id: i64,
     /// The messages, stored in this order.
     pub messages: Vec<NewMessage>,
+    /// A deduplication id first sent after this instant is still remembered:
+    /// a message repeating it is not stored again.
+    pub deduplication_window_start: Timestamp,
+}
+
+/// What [`Store::message_insert_batch`] did with one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InsertedMessage {
+    /// The message's sequence number (its first send's, for a duplicate).
+    pub seq: i64,
+    /// The message id (its first send's, for a duplicate).
+    pub message_id: String,
+    /// The deduplication window already held this message; nothing was stored.
+    pub duplicate: bool,
 }
 
 /// Where a receive sends messages that have been received too often.
@@ -233,6 +260,18 @@ pub struct MessageReceiveParams {
     pub expired_at_or_before: Timestamp,
     /// The queue's dead-letter queue, if it has one.
     pub dead_letter: Option<DeadLetterTarget>,
+    /// On a FIFO queue: the `ReceiveRequestAttemptId` that makes a retried
+    /// receive return what the first attempt returned.
+    pub attempt: Option<ReceiveAttempt>,
+}
+
+/// A FIFO receive's retry token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReceiveAttempt {
+    /// `ReceiveRequestAttemptId`.
+    pub id: String,
+    /// An earlier attempt made after this instant may be replayed.
+    pub valid_after: Timestamp,
 }
 
 /// A message as stored, returned by a receive with its new lease.
@@ -268,6 +307,8 @@ pub struct StoredMessage {
     pub dead_letter_source_arn: Option<String>,
     /// Failures consumers reported with NackMessage.
     pub failures: FailureRecord,
+    /// On a FIFO queue: the deduplication id it was sent with.
+    pub deduplication_id: Option<String>,
 }
 
 /// What consumers reported about a message's failures.
@@ -378,6 +419,9 @@ pub enum DeleteOutcome {
     /// The handle's lease is stale and a newer lease is running: the holder
     /// of that lease decides, so the message stays.
     LeasedToAnother,
+    /// FIFO: the handle's lease has ended, so it may no longer delete; the
+    /// message stays, to be delivered again in its group's order.
+    Expired,
 }
 
 /// One change of [`Store::message_change_visibility_batch`].
@@ -582,11 +626,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn queue_purge(&self, params: QueuePurgeParams) -> Result<QueuePurgeOutcome, StoreError>;
     /// Counts a queue's messages by state.
     async fn queue_stats(&self, params: QueueStatsParams) -> Result<QueueStats, StoreError>;
-    /// Stores messages; returns their sequence numbers in order.
+    /// Stores messages, skipping FIFO duplicates; one outcome per message, in order.
     async fn message_insert_batch(
         &self,
         params: MessageInsertParams,
-    ) -> Result<Vec<i64>, StoreError>;
+    ) -> Result<Vec<InsertedMessage>, StoreError>;
     /// Leases up to `max_messages` visible messages.
     async fn message_receive(
         &self,
@@ -640,6 +684,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<MoveTaskRecord>, StoreError>;
     /// Drops messages that outlived retention; returns how many.
     async fn message_expire(&self, params: MessageExpireParams) -> Result<u64, StoreError>;
+    /// Forgets FIFO deduplication ids and receive attempts recorded at or
+    /// before `before`; returns how many.
+    async fn fifo_window_expire(&self, before: Timestamp) -> Result<u64, StoreError>;
     /// Flushes pending writes and stops background work. Idempotent.
     async fn close(&self) -> Result<(), StoreError>;
 }

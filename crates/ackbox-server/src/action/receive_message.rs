@@ -33,7 +33,7 @@ pub struct Request {
     /// Message attributes to return.
     #[serde(default)]
     pub message_attribute_names: Vec<String>,
-    /// FIFO receive retry token; accepted, meaningful on FIFO queues only.
+    /// FIFO receive retry token; standard queues ignore it.
     #[serde(default)]
     pub receive_request_attempt_id: Option<String>,
 }
@@ -122,6 +122,7 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
                 wait_time_seconds: request.wait_time_seconds,
                 system_attribute_names,
                 message_attribute_names: request.message_attribute_names,
+                receive_request_attempt_id: request.receive_request_attempt_id,
             },
         )
         .await?;

@@ -56,6 +56,9 @@ pub struct Response {
         skip_serializing_if = "Option::is_none"
     )]
     pub md5_of_message_system_attributes: Option<String>,
+    /// FIFO queues: the message's sequence number.
+    #[serde(rename = "SequenceNumber", skip_serializing_if = "Option::is_none")]
+    pub sequence_number: Option<String>,
 }
 
 impl From<SentMessage> for Response {
@@ -65,6 +68,7 @@ impl From<SentMessage> for Response {
             md5_of_message_body: sent.md5_of_body,
             md5_of_message_attributes: sent.md5_of_attributes,
             md5_of_message_system_attributes: sent.md5_of_system_attributes,
+            sequence_number: sent.sequence_number,
         }
     }
 }

@@ -25,6 +25,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "move_tasks",
         include_str!("../../../migrations/sqlite/0003_move_tasks.sql"),
     ),
+    (
+        4,
+        "fifo",
+        include_str!("../../../migrations/sqlite/0004_fifo.sql"),
+    ),
 ];
 
 fn database_error(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {

@@ -12,16 +12,17 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, params};
 
 use crate::store::{
-    ChangeVisibilityOutcome, DeleteOutcome, FailureClassCount, MessageChangeVisibilityParams,
-    MessageDeleteParams, MessageExpireParams, MessageInsertParams, MessageNackParams,
-    MessagePeekParams, MessageReceiveParams, MoveTaskCreateOutcome, MoveTaskCreateParams,
-    MoveTaskFilter, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome,
-    QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams,
-    QueueRecord, QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome, Store,
-    StoreError, StoredMessage,
+    ChangeVisibilityOutcome, DeleteOutcome, FailureClassCount, InsertedMessage,
+    MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams, MessageInsertParams,
+    MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveTaskCreateOutcome,
+    MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams,
+    NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome,
+    QueuePurgeParams, QueueRecord, QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome,
+    Store, StoreError, StoredMessage,
 };
 
 mod checkpoint;
+mod fifo;
 mod migrate;
 mod mutation;
 mod writer;
@@ -236,7 +237,7 @@ impl Store for SqliteStore {
     async fn message_insert_batch(
         &self,
         params: MessageInsertParams,
-    ) -> Result<Vec<i64>, StoreError> {
+    ) -> Result<Vec<InsertedMessage>, StoreError> {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
@@ -428,6 +429,16 @@ impl Store for SqliteStore {
             .writer
             .submit(Commit::Lazy, move |connection| {
                 mutation::message_expire(connection, &params)
+            })
+            .await
+    }
+
+    async fn fifo_window_expire(&self, before: Timestamp) -> Result<u64, StoreError> {
+        // Forgetting late is harmless: a lookup checks the entry's age itself.
+        self.inner
+            .writer
+            .submit(Commit::Lazy, move |connection| {
+                fifo::window_expire(connection, before)
             })
             .await
     }

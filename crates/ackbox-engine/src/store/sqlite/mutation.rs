@@ -8,8 +8,9 @@ use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use super::fifo::{self, TouchedGroups};
 use crate::store::{
-    ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureRecord,
+    ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureRecord, InsertedMessage,
     MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams, MessageInsertParams,
     MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveDestination, MoveFilter,
     MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome,
@@ -106,13 +107,14 @@ pub(crate) fn queue_create(
     }
     connection
         .execute(
-            "INSERT INTO queues (name, attributes, tags, created_at, last_modified_at)
-             VALUES (?1, ?2, ?3, ?4, ?4)",
+            "INSERT INTO queues (name, attributes, tags, created_at, last_modified_at, fifo)
+             VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
             params![
                 params.name,
                 to_json(&params.attributes),
                 to_json(&params.tags),
-                params.now
+                params.now,
+                params.fifo
             ],
         )
         .map_err(database_error("queue_create: insert"))?;
@@ -170,6 +172,7 @@ pub(crate) fn queue_delete(
             [params.queue_id],
         )
         .map_err(database_error("queue_delete: messages"))?;
+    fifo::forget_queue(connection, params.queue_id)?;
     connection
         .execute("DELETE FROM queues WHERE id = ?1", [params.queue_id])
         .map_err(database_error("queue_delete: queue"))?;
@@ -207,6 +210,7 @@ pub(crate) fn queue_purge(
             [params.queue_id],
         )
         .map_err(database_error("queue_purge: messages"))?;
+    fifo::forget_queue(connection, params.queue_id)?;
     connection
         .execute(
             "UPDATE queues SET last_purged_at = ?2 WHERE id = ?1",
@@ -243,6 +247,8 @@ struct Relocation<'a> {
     reset_receives: bool,
     /// The move task redriving it; `None` keeps what the message had.
     redriven_by_task: Option<&'a str>,
+    /// Restarts its retention clock (a FIFO dead-letter queue does, as on SQS).
+    sent_at: Option<i64>,
 }
 
 /// Moves a message to another queue under a new sequence number, in the
@@ -250,20 +256,24 @@ struct Relocation<'a> {
 /// no receipt handle issued before the move can ever act on it again (a
 /// handle names the sequence number, and sequence numbers are never reused).
 fn relocate(connection: &Connection, seq: i64, to: &Relocation<'_>) -> Result<(), StoreError> {
+    let (from_queue, group_id): (i64, Option<String>) = connection
+        .prepare_cached("SELECT queue_id, group_id FROM messages WHERE seq = ?1")
+        .and_then(|mut select| select.query_row([seq], |row| Ok((row.get(0)?, row.get(1)?))))
+        .map_err(database_error("relocate: source"))?;
     connection
         .prepare_cached(
             "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
                  md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at,
                  receive_count, first_received_at, last_received_at, dead_letter_source_arn,
                  failure_count, first_failure_at, last_failure_at, last_failure_class,
-                 last_failure_message, redriven_by_task)
+                 last_failure_message, redriven_by_task, dedup_id)
              SELECT ?2, message_id, body, attributes, md5_of_body, md5_of_attributes,
-                 trace_header, group_id, sender_id, sent_at, ?3,
+                 trace_header, group_id, sender_id, COALESCE(?7, sent_at), ?3,
                  CASE WHEN ?5 THEN 0 ELSE receive_count END,
                  CASE WHEN ?5 THEN NULL ELSE first_received_at END,
                  CASE WHEN ?5 THEN NULL ELSE last_received_at END,
                  ?4, failure_count, first_failure_at, last_failure_at, last_failure_class,
-                 last_failure_message, COALESCE(?6, redriven_by_task)
+                 last_failure_message, COALESCE(?6, redriven_by_task), dedup_id
              FROM messages WHERE seq = ?1",
         )
         .and_then(|mut insert| {
@@ -273,7 +283,8 @@ fn relocate(connection: &Connection, seq: i64, to: &Relocation<'_>) -> Result<()
                 to.visible_at,
                 to.dead_letter_source_arn,
                 to.reset_receives,
-                to.redriven_by_task
+                to.redriven_by_task,
+                to.sent_at
             ])
         })
         .map_err(database_error("relocate: copy"))?;
@@ -281,7 +292,10 @@ fn relocate(connection: &Connection, seq: i64, to: &Relocation<'_>) -> Result<()
         .prepare_cached("DELETE FROM messages WHERE seq = ?1")
         .and_then(|mut delete| delete.execute([seq]))
         .map_err(database_error("relocate: remove"))?;
-    Ok(())
+    let mut touched = TouchedGroups::default();
+    touched.touch(from_queue, group_id.as_deref());
+    touched.touch(to.queue_id, group_id.as_deref());
+    touched.refresh(connection)
 }
 
 /// Moves a message to its dead-letter queue, visible at once, keeping its id,
@@ -293,6 +307,7 @@ fn move_to_dead_letter_queue(
     target: &DeadLetterTarget,
     now: i64,
 ) -> Result<(), StoreError> {
+    let fifo_target = fifo::queue_kind(connection, target.queue_id)? == Some(true);
     relocate(
         connection,
         seq,
@@ -302,6 +317,7 @@ fn move_to_dead_letter_queue(
             dead_letter_source_arn: Some(&target.source_arn),
             reset_receives: false,
             redriven_by_task: None,
+            sent_at: fifo_target.then_some(now),
         },
     )
 }
@@ -309,17 +325,36 @@ fn move_to_dead_letter_queue(
 pub(crate) fn message_insert_batch(
     connection: &Connection,
     params: &MessageInsertParams,
-) -> Result<Vec<i64>, StoreError> {
-    ensure_queue_exists(connection, params.queue_id)?;
+) -> Result<Vec<InsertedMessage>, StoreError> {
+    let fifo = fifo::queue_kind(connection, params.queue_id)?.ok_or(StoreError::QueueNotFound {
+        queue_id: params.queue_id,
+    })?;
     let mut insert = connection
         .prepare_cached(
             "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
-                 md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                 md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at,
+                 dedup_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
         )
         .map_err(database_error("message_insert_batch: prepare"))?;
-    let mut seqs = Vec::with_capacity(params.messages.len());
+    let mut inserted = Vec::with_capacity(params.messages.len());
     for message in &params.messages {
+        let deduplication = message.deduplication.as_ref().filter(|_| fifo);
+        if let Some(deduplication) = deduplication
+            && let Some((seq, message_id)) = fifo::remembered(
+                connection,
+                params.queue_id,
+                deduplication,
+                params.deduplication_window_start,
+            )?
+        {
+            inserted.push(InsertedMessage {
+                seq,
+                message_id,
+                duplicate: true,
+            });
+            continue;
+        }
         let attributes = (!message.attributes.is_empty()).then(|| to_json(&message.attributes));
         insert
             .execute(params![
@@ -334,18 +369,44 @@ pub(crate) fn message_insert_batch(
                 message.sender_id,
                 message.sent_at,
                 message.visible_at,
+                deduplication.map(|deduplication| &deduplication.id),
             ])
             .map_err(database_error("message_insert_batch: insert"))?;
-        seqs.push(connection.last_insert_rowid());
+        let seq = connection.last_insert_rowid();
+        if let Some(deduplication) = deduplication {
+            fifo::remember(
+                connection,
+                params.queue_id,
+                deduplication,
+                seq,
+                &message.message_id,
+                message.sent_at,
+            )?;
+        }
+        if fifo && let Some(group_id) = &message.group_id {
+            fifo::group_arrival(
+                connection,
+                params.queue_id,
+                group_id,
+                seq,
+                message.visible_at,
+            )?;
+        }
+        inserted.push(InsertedMessage {
+            seq,
+            message_id: message.message_id.clone(),
+            duplicate: false,
+        });
     }
-    Ok(seqs)
+    Ok(inserted)
 }
 
 /// Columns [`message_row`] decodes, in its order.
-const MESSAGE_COLUMNS: &str = "seq, message_id, body, attributes, md5_of_body, md5_of_attributes,
+pub(crate) const MESSAGE_COLUMNS: &str =
+    "seq, message_id, body, attributes, md5_of_body, md5_of_attributes,
      trace_header, group_id, sender_id, sent_at, receive_count, first_received_at,
      dead_letter_source_arn, failure_count, first_failure_at, last_failure_at,
-     last_failure_class, last_failure_message, last_received_at";
+     last_failure_class, last_failure_message, last_received_at, dedup_id";
 
 pub(crate) struct MessageRow {
     message: StoredMessage,
@@ -377,14 +438,144 @@ pub(crate) fn message_row(row: &Row<'_>) -> rusqlite::Result<MessageRow> {
                 last_message: row.get(17)?,
             },
             last_received_at: row.get(18)?,
+            deduplication_id: row.get(19)?,
         },
     })
+}
+
+impl MessageRow {
+    pub(crate) fn seq(&self) -> i64 {
+        self.message.seq
+    }
+
+    pub(crate) fn receive_count(&self) -> i64 {
+        self.message.receive_count
+    }
+}
+
+/// The stored message of a row, with its attributes decoded.
+pub(crate) fn decode_attributes(row: MessageRow) -> Result<StoredMessage, StoreError> {
+    let MessageRow {
+        mut message,
+        attributes_json,
+    } = row;
+    if let Some(json) = attributes_json {
+        message.attributes = from_json(&json, "message attributes")?;
+    }
+    Ok(message)
+}
+
+/// What a receive did with a message it met.
+pub(crate) enum Met {
+    /// Leased it.
+    Leased,
+    /// Dropped it (expired) or moved it to the dead-letter queue.
+    Dropped,
+    /// Left it: this receive has dropped as many as one may.
+    OutOfBudget,
+}
+
+/// One receive's progress: what it leased, and the expired or dead-lettered
+/// messages it dropped on the way.
+pub(crate) struct ReceivePass<'a> {
+    params: &'a MessageReceiveParams,
+    dead_letter: Option<&'a DeadLetterTarget>,
+    dropped: usize,
+    outcome: ReceiveOutcome,
+}
+
+impl<'a> ReceivePass<'a> {
+    pub(crate) fn start(
+        connection: &Connection,
+        params: &'a MessageReceiveParams,
+    ) -> Result<Self, StoreError> {
+        // A dead-letter queue deleted meanwhile moves nothing: the message
+        // stays where it is and keeps being delivered, never dropped.
+        let dead_letter = match &params.dead_letter {
+            Some(target) if queue_exists(connection, target.queue_id)? => Some(target),
+            _ => None,
+        };
+        Ok(Self {
+            params,
+            dead_letter,
+            dropped: 0,
+            outcome: ReceiveOutcome::default(),
+        })
+    }
+
+    pub(crate) fn leased(&self) -> usize {
+        self.outcome.messages.len()
+    }
+
+    /// Whether this receive has dropped as many messages as one may; later
+    /// receives and the retention sweeper do the rest, so one receive never
+    /// holds the writer (and every other queue) for a huge backlog.
+    pub(crate) fn out_of_budget(&self) -> bool {
+        self.dropped >= MAX_DROPPED_PER_RECEIVE
+    }
+
+    /// Expires, dead-letters or leases one visible message.
+    pub(crate) fn meet(
+        &mut self,
+        connection: &Connection,
+        row: MessageRow,
+    ) -> Result<Met, StoreError> {
+        let params = self.params;
+        let (seq, sent_at, receive_count) = (
+            row.message.seq,
+            row.message.sent_at,
+            row.message.receive_count,
+        );
+        let dead_letter = self
+            .dead_letter
+            .filter(|target| receive_count >= target.max_receive_count);
+        if sent_at <= params.expired_at_or_before || dead_letter.is_some() {
+            if self.out_of_budget() {
+                return Ok(Met::OutOfBudget);
+            }
+            self.dropped += 1;
+            if sent_at <= params.expired_at_or_before {
+                connection
+                    .prepare_cached("DELETE FROM messages WHERE seq = ?1")
+                    .and_then(|mut expire| expire.execute([seq]))
+                    .map_err(database_error("message_receive: expire"))?;
+                self.outcome.expired += 1;
+            } else if let Some(target) = dead_letter {
+                move_to_dead_letter_queue(connection, seq, target, params.now)?;
+                self.outcome.dead_lettered += 1;
+            }
+            return Ok(Met::Dropped);
+        }
+        connection
+            .prepare_cached(
+                "UPDATE messages
+                 SET visible_at = ?2, receive_count = receive_count + 1,
+                     first_received_at = COALESCE(first_received_at, ?3), last_received_at = ?3
+                 WHERE seq = ?1",
+            )
+            .and_then(|mut lease| lease.execute(params![seq, params.visible_at, params.now]))
+            .map_err(database_error("message_receive: lease"))?;
+        let mut message = decode_attributes(row)?;
+        message.receive_count += 1;
+        message.first_received_at.get_or_insert(params.now);
+        message.last_received_at = Some(params.now);
+        self.outcome.messages.push(message);
+        Ok(Met::Leased)
+    }
+
+    pub(crate) fn finish(self) -> ReceiveOutcome {
+        self.outcome
+    }
 }
 
 pub(crate) fn message_receive(
     connection: &Connection,
     params: &MessageReceiveParams,
 ) -> Result<ReceiveOutcome, StoreError> {
+    let mut pass = ReceivePass::start(connection, params)?;
+    if fifo::queue_kind(connection, params.queue_id)? == Some(true) {
+        return fifo::receive(connection, params, pass);
+    }
     let mut select = connection
         .prepare_cached(&format!(
             "SELECT {MESSAGE_COLUMNS}
@@ -394,91 +585,39 @@ pub(crate) fn message_receive(
              LIMIT ?3"
         ))
         .map_err(database_error("message_receive: prepare select"))?;
-    let mut lease = connection
-        .prepare_cached(
-            "UPDATE messages
-             SET visible_at = ?2, receive_count = receive_count + 1,
-                 first_received_at = COALESCE(first_received_at, ?3), last_received_at = ?3
-             WHERE seq = ?1",
-        )
-        .map_err(database_error("message_receive: prepare lease"))?;
-    let mut expire = connection
-        .prepare_cached("DELETE FROM messages WHERE seq = ?1")
-        .map_err(database_error("message_receive: prepare expire"))?;
-    // A dead-letter queue deleted meanwhile moves nothing: the message stays
-    // where it is and keeps being delivered, never dropped.
-    let dead_letter_target = match &params.dead_letter {
-        Some(target) if queue_exists(connection, target.queue_id)? => Some(target),
-        _ => None,
-    };
-
-    let mut outcome = ReceiveOutcome::default();
     let wanted = params.max_messages as usize;
-    let mut dropped = 0usize;
     // A lease of zero seconds leaves a message visible, so a later round of
-    // this loop could meet it again: `leased` keeps one receive from returning
+    // this loop could meet it again: `met` keeps one receive from returning
     // a message twice. Expired messages are dropped as they are met, which is
     // why a queue full of them needs several rounds to fill a receive.
-    let mut leased = std::collections::HashSet::new();
-    while outcome.messages.len() < wanted {
+    let mut met = std::collections::HashSet::new();
+    'receive: while pass.leased() < wanted {
         // Rows leased with a zero lease can come back in this select, so the
         // limit leaves room for them next to the messages still wanted;
         // expired rows are deleted as they are met and cannot come back.
-        let limit = wanted as i64;
         let rows = select
-            .query_map(params![params.queue_id, params.now, limit], message_row)
+            .query_map(
+                params![params.queue_id, params.now, wanted as i64],
+                message_row,
+            )
             .map_err(database_error("message_receive: select"))?
             .collect::<Result<Vec<_>, _>>()
             .map_err(database_error("message_receive: read row"))?;
         let mut progressed = false;
-        for MessageRow {
-            mut message,
-            attributes_json,
-        } in rows
-        {
-            if outcome.messages.len() >= wanted || !leased.insert(message.seq) {
+        for row in rows {
+            if pass.leased() >= wanted || !met.insert(row.seq()) {
                 continue;
             }
             progressed = true;
-            if message.sent_at <= params.expired_at_or_before {
-                if dropped >= MAX_DROPPED_PER_RECEIVE {
-                    // Leave the rest to the retention sweeper rather than hold
-                    // the writer (and every other queue) for a huge backlog.
-                    break;
-                }
-                dropped += 1;
-                expire
-                    .execute([message.seq])
-                    .map_err(database_error("message_receive: expire"))?;
-                outcome.expired += 1;
-                continue;
+            if let Met::OutOfBudget = pass.meet(connection, row)? {
+                break 'receive;
             }
-            if let Some(target) = dead_letter_target
-                .filter(|target| message.receive_count >= target.max_receive_count)
-            {
-                if dropped >= MAX_DROPPED_PER_RECEIVE {
-                    break;
-                }
-                dropped += 1;
-                move_to_dead_letter_queue(connection, message.seq, target, params.now)?;
-                outcome.dead_lettered += 1;
-                continue;
-            }
-            lease
-                .execute(params![message.seq, params.visible_at, params.now])
-                .map_err(database_error("message_receive: lease"))?;
-            if let Some(json) = attributes_json {
-                message.attributes = from_json(&json, "message attributes")?;
-            }
-            message.receive_count += 1;
-            message.first_received_at.get_or_insert(params.now);
-            message.last_received_at = Some(params.now);
-            outcome.messages.push(message);
         }
-        if !progressed || dropped >= MAX_DROPPED_PER_RECEIVE {
+        if !progressed {
             break;
         }
     }
+    let mut outcome = pass.finish();
     if outcome.messages.is_empty() {
         outcome.next_visible_at = connection
             .prepare_cached(
@@ -496,6 +635,9 @@ pub(crate) fn message_delete_batch(
     connection: &Connection,
     params: &MessageDeleteParams,
 ) -> Result<Vec<DeleteOutcome>, StoreError> {
+    if fifo::queue_kind(connection, params.queue_id)? == Some(true) {
+        return fifo_delete_batch(connection, params);
+    }
     // A handle deletes its own lease's message, or a message nobody holds
     // now; never a message another consumer received after it.
     let mut delete = connection
@@ -529,74 +671,126 @@ pub(crate) fn message_delete_batch(
         .collect()
 }
 
+/// On a FIFO queue only a running lease deletes: an ended one has let the
+/// message go back to its group's head, to be delivered again in order.
+fn fifo_delete_batch(
+    connection: &Connection,
+    params: &MessageDeleteParams,
+) -> Result<Vec<DeleteOutcome>, StoreError> {
+    let mut delete = connection
+        .prepare_cached(
+            "DELETE FROM messages
+             WHERE seq = ?1 AND queue_id = ?2 AND receive_count = ?3 AND visible_at > ?4
+             RETURNING group_id",
+        )
+        .map_err(database_error("fifo delete: prepare"))?;
+    let mut exists = connection
+        .prepare_cached("SELECT 1 FROM messages WHERE seq = ?1 AND queue_id = ?2")
+        .map_err(database_error("fifo delete: prepare exists"))?;
+    let mut touched = TouchedGroups::default();
+    let outcomes = params
+        .leases
+        .iter()
+        .map(|lease| {
+            let deleted: Option<Option<String>> = delete
+                .query_row(
+                    params![lease.seq, params.queue_id, lease.lease, params.now],
+                    |row| row.get(0),
+                )
+                .optional()
+                .map_err(database_error("fifo delete: delete"))?;
+            if let Some(group_id) = deleted {
+                touched.touch(params.queue_id, group_id.as_deref());
+                return Ok(DeleteOutcome::Deleted);
+            }
+            let held = exists
+                .exists(params![lease.seq, params.queue_id])
+                .map_err(database_error("fifo delete: exists"))?;
+            Ok(if held {
+                DeleteOutcome::Expired
+            } else {
+                DeleteOutcome::AlreadyGone
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    touched.refresh(connection)?;
+    Ok(outcomes)
+}
+
 pub(crate) fn message_change_visibility_batch(
     connection: &Connection,
     params: &MessageChangeVisibilityParams,
 ) -> Result<Vec<ChangeVisibilityOutcome>, StoreError> {
     let mut lookup = connection
         .prepare_cached(
-            "SELECT receive_count, visible_at FROM messages WHERE seq = ?1 AND queue_id = ?2",
+            "SELECT receive_count, visible_at, group_id FROM messages WHERE seq = ?1 AND queue_id = ?2",
         )
         .map_err(database_error(
             "message_change_visibility_batch: prepare lookup",
         ))?;
+    let mut touched = TouchedGroups::default();
     let mut update = connection
         .prepare_cached("UPDATE messages SET visible_at = ?2 WHERE seq = ?1")
         .map_err(database_error(
             "message_change_visibility_batch: prepare update",
         ))?;
-    params
+    let outcomes = params
         .changes
         .iter()
         .map(|change| {
-            let current: Option<(i64, i64)> = lookup
+            let current: Option<(i64, i64, Option<String>)> = lookup
                 .query_row(params![change.lease.seq, params.queue_id], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
                 })
                 .optional()
                 .map_err(database_error("message_change_visibility_batch: lookup"))?;
             Ok(match current {
-                Some((receive_count, _)) if receive_count != change.lease.lease => {
+                Some((receive_count, _, _)) if receive_count != change.lease.lease => {
                     ChangeVisibilityOutcome::NotAvailable
                 }
-                Some((_, visible_at)) if visible_at <= params.now => {
+                Some((_, visible_at, _)) if visible_at <= params.now => {
                     ChangeVisibilityOutcome::NotInFlight
                 }
-                Some(_) => {
+                Some((_, _, group_id)) => {
                     update
                         .execute(params![change.lease.seq, change.visible_at])
                         .map_err(database_error("message_change_visibility_batch: update"))?;
+                    touched.touch(params.queue_id, group_id.as_deref());
                     ChangeVisibilityOutcome::Changed
                 }
                 None => ChangeVisibilityOutcome::NotAvailable,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    touched.refresh(connection)?;
+    Ok(outcomes)
 }
 
 pub(crate) fn message_nack(
     connection: &Connection,
     params: &MessageNackParams,
 ) -> Result<NackOutcome, StoreError> {
-    let current: Option<(i64, i64)> = connection
+    let current: Option<(i64, i64, Option<String>)> = connection
         .prepare_cached(
-            "SELECT receive_count, visible_at FROM messages WHERE seq = ?1 AND queue_id = ?2",
+            "SELECT receive_count, visible_at, group_id FROM messages WHERE seq = ?1 AND queue_id = ?2",
         )
         .and_then(|mut select| {
             select
                 .query_row(params![params.lease.seq, params.queue_id], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?))
                 })
                 .optional()
         })
         .map_err(database_error("message_nack: lookup"))?;
-    let receive_count = match current {
+    let (receive_count, group_id) = match current {
         None => return Ok(NackOutcome::NotAvailable),
-        Some((receive_count, _)) if receive_count != params.lease.lease => {
+        Some((receive_count, _, _)) if receive_count != params.lease.lease => {
             return Ok(NackOutcome::NotAvailable);
         }
-        Some((_, visible_at)) if visible_at <= params.now => return Ok(NackOutcome::NotInFlight),
-        Some((receive_count, _)) => receive_count,
+        Some((_, visible_at, _)) if visible_at <= params.now => {
+            return Ok(NackOutcome::NotInFlight);
+        }
+        Some((receive_count, _, group_id)) => (receive_count, group_id),
     };
     if let Some(failure) = &params.failure {
         connection
@@ -634,6 +828,9 @@ pub(crate) fn message_nack(
                 .prepare_cached("UPDATE messages SET visible_at = ?2 WHERE seq = ?1")
                 .and_then(|mut update| update.execute(params![params.lease.seq, params.visible_at]))
                 .map_err(database_error("message_nack: retry"))?;
+            let mut touched = TouchedGroups::default();
+            touched.touch(params.queue_id, group_id.as_deref());
+            touched.refresh(connection)?;
             Ok(NackOutcome::Retried)
         }
     }
@@ -653,19 +850,7 @@ pub(crate) fn message_peek(
                 .collect::<Result<Vec<_>, _>>()
         })
         .map_err(database_error("message_peek"))?;
-    rows.into_iter()
-        .map(
-            |MessageRow {
-                 mut message,
-                 attributes_json,
-             }| {
-                if let Some(json) = attributes_json {
-                    message.attributes = from_json(&json, "message attributes")?;
-                }
-                Ok(message)
-            },
-        )
-        .collect()
+    rows.into_iter().map(decode_attributes).collect()
 }
 
 pub(crate) const MOVE_TASK_COLUMNS: &str =
@@ -894,6 +1079,7 @@ pub(crate) fn move_task_step(
                 dead_letter_source_arn: None,
                 reset_receives: true,
                 redriven_by_task: Some(&params.handle),
+                sent_at: None,
             },
         )?;
         outcome.moved += 1;
@@ -1045,18 +1231,26 @@ pub(crate) fn message_expire(
     connection: &Connection,
     params: &MessageExpireParams,
 ) -> Result<u64, StoreError> {
-    let expired = connection
+    let groups: Vec<Option<String>> = connection
         .prepare_cached(
             "DELETE FROM messages WHERE seq IN (
-                 SELECT seq FROM messages WHERE queue_id = ?1 AND sent_at <= ?2 LIMIT ?3)",
+                 SELECT seq FROM messages WHERE queue_id = ?1 AND sent_at <= ?2 LIMIT ?3)
+             RETURNING group_id",
         )
         .and_then(|mut delete| {
-            delete.execute(params![
-                params.queue_id,
-                params.expired_at_or_before,
-                params.limit
-            ])
+            delete
+                .query_map(
+                    params![params.queue_id, params.expired_at_or_before, params.limit],
+                    |row| row.get(0),
+                )?
+                .collect()
         })
         .map_err(database_error("message_expire"))?;
-    Ok(expired as u64)
+    let expired = groups.len() as u64;
+    let mut touched = TouchedGroups::default();
+    for group_id in &groups {
+        touched.touch(params.queue_id, group_id.as_deref());
+    }
+    touched.refresh(connection)?;
+    Ok(expired)
 }
