@@ -194,9 +194,21 @@ impl Engine {
                 .realm()
                 .queue_name_from_arn(destination_arn)
                 .ok_or_else(|| not_found("DestinationArn"))?;
-            self.queue(&destination)
+            let destination = self
+                .queue(&destination)
                 .await
                 .map_err(|_| not_found("DestinationArn"))?;
+            // A FIFO queue cannot take messages without a group, and its
+            // messages would lose their order in a standard one.
+            if destination.snapshot().attributes.is_fifo() != source.snapshot().attributes.is_fifo()
+            {
+                return Err(SqsError::invalid_parameter(
+                    "DestinationArn",
+                    destination_arn,
+                    "The destination queue must be the same type of queue as the source queue.",
+                )
+                .into());
+            }
         }
         let handle = uuid::Uuid::new_v4().to_string();
         let outcome = self

@@ -647,8 +647,9 @@ async fn fifo_dead_letter_queues_must_be_fifo_and_keep_group_order() {
     send(&client, &url, "next", "g", "2").await;
     assert_eq!(bodies(&receive(&client, &url, 1, 5).await), ["poison"]);
     clock.advance_secs(6);
+    let next = receive(&client, &url, 1, 5).await;
     assert_eq!(
-        bodies(&receive(&client, &url, 1, 5).await),
+        bodies(&next),
         ["next"],
         "the poison head moved out of the way"
     );
@@ -668,6 +669,48 @@ async fn fifo_dead_letter_queues_must_be_fifo_and_keep_group_order() {
             MessageSystemAttributeName::DeadLetterQueueSourceArn
         ),
         arn(&url).await
+    );
+
+    // Redrive: only to a queue of the same type; home, it joins the tail of
+    // its group.
+    let to_standard = client
+        .start_message_move_task()
+        .source_arn(arn(&dlq).await)
+        .destination_arn(arn(&standard_dlq).await)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(to_standard), "InvalidParameterValue");
+    delete(&client, &url, &next[0]).await;
+    send(&client, &url, "after", "g", "3").await;
+    // The dead-letter queue's receive above holds "poison" until its lease ends.
+    clock.advance_secs(6);
+    client
+        .start_message_move_task()
+        .source_arn(arn(&dlq).await)
+        .send()
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while client
+        .list_message_move_tasks()
+        .source_arn(arn(&dlq).await)
+        .send()
+        .await
+        .unwrap()
+        .results()[0]
+        .status()
+        == Some("RUNNING")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the move task finishes"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        bodies(&receive(&client, &url, 10, 5).await),
+        ["after", "poison"]
     );
 }
 

@@ -111,6 +111,51 @@ fn queue_send_receive_and_stats_round_trip() {
 }
 
 #[test]
+fn fifo_queues_from_the_cli_deduplicate_and_keep_order() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), free_port(), &[]);
+    let endpoint = server.url();
+    ok_stdout(ackbox(&endpoint, &["queue", "create", "cli.fifo"]));
+    let send = |body: &str, dedup: &str| {
+        let reply: Value = serde_json::from_str(&ok_stdout(ackbox(
+            &endpoint,
+            &[
+                "send",
+                "cli.fifo",
+                body,
+                "--group-id",
+                "g",
+                "--dedup-id",
+                dedup,
+                "--json",
+            ],
+        )))
+        .unwrap();
+        reply
+    };
+    let first = send("one", "1");
+    send("two", "2");
+    let repeated = send("one again", "1");
+    assert_eq!(repeated["MessageId"], first["MessageId"]);
+    assert_eq!(repeated["SequenceNumber"], first["SequenceNumber"]);
+    let received: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["receive", "cli.fifo", "--max", "10", "--json"],
+    )))
+    .unwrap();
+    let bodies: Vec<&str> = received["Messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| message["Body"].as_str().unwrap())
+        .collect();
+    assert_eq!(bodies, ["one", "two"]);
+    let no_group = ackbox(&endpoint, &["send", "cli.fifo", "x", "--dedup-id", "3"]);
+    assert!(!no_group.status.success());
+    assert!(String::from_utf8_lossy(&no_group.stderr).contains("MessageGroupId"));
+}
+
+#[test]
 fn serve_refuses_bad_flags() {
     let data_dir = tempfile::tempdir().unwrap();
     let output = Command::new(BINARY)

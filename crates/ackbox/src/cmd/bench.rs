@@ -10,6 +10,9 @@
 //!   send acknowledgement and to its receipt by a consumer.
 //!
 //! With `--server-pid` the server's CPU time per message is reported too.
+//! With `--fifo-groups N` every workload runs on a FIFO queue, its messages
+//! spread round-robin over N message groups, each with a unique
+//! deduplication id.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -78,6 +81,68 @@ pub(crate) struct Args {
     /// The server's process id, to report its CPU time per message.
     #[arg(long)]
     server_pid: Option<u32>,
+    /// Use a FIFO queue with messages spread over this many message groups.
+    #[arg(long)]
+    fifo_groups: Option<u64>,
+}
+
+/// What the bench's messages look like: standard, or FIFO spread round-robin
+/// over groups with a unique deduplication id each.
+#[derive(Debug, Clone)]
+struct Shape {
+    fifo_groups: Option<u64>,
+    /// The next message's number, shared by every sender so ids stay unique.
+    next: Arc<AtomicU64>,
+}
+
+impl Shape {
+    fn new(fifo_groups: Option<u64>) -> Self {
+        Self {
+            fifo_groups,
+            next: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Adds a FIFO message's group and deduplication id to `entry`.
+    fn mark(&self, entry: &mut Value) {
+        if let Some(groups) = self.fifo_groups {
+            let index = self.next.fetch_add(1, Ordering::Relaxed);
+            entry["MessageGroupId"] = json!(format!("g{}", index % groups));
+            entry["MessageDeduplicationId"] = json!(format!("m{index}"));
+        }
+    }
+
+    /// A SendMessageBatch body. Standard messages never change, so callers
+    /// may reuse one; FIFO ones need fresh deduplication ids every time.
+    fn send_batch_body(&self, queue_url: &str, batch: usize, body: &str) -> Bytes {
+        let entries: Vec<Value> = (0..batch)
+            .map(|index| {
+                let mut entry = json!({ "Id": index.to_string(), "MessageBody": body });
+                self.mark(&mut entry);
+                entry
+            })
+            .collect();
+        Bytes::from(json!({ "QueueUrl": queue_url, "Entries": entries }).to_string())
+    }
+
+    /// A request for each call: the same one for standard queues.
+    fn batch_requests(
+        &self,
+        queue_url: &str,
+        batch: usize,
+        body: &str,
+    ) -> impl FnMut() -> Bytes + Send + 'static {
+        let fixed = self
+            .fifo_groups
+            .is_none()
+            .then(|| self.send_batch_body(queue_url, batch, body));
+        let (shape, queue_url, body) = (self.clone(), queue_url.to_owned(), body.to_owned());
+        move || {
+            fixed
+                .clone()
+                .unwrap_or_else(|| shape.send_batch_body(&queue_url, batch, &body))
+        }
+    }
 }
 
 /// Latency percentiles in microseconds.
@@ -181,13 +246,6 @@ fn progress(hidden: bool, label: &str, length: Option<u64>) -> ProgressBar {
     bar
 }
 
-fn send_batch_body(queue_url: &str, batch: usize, body: &str) -> Bytes {
-    let entries: Vec<Value> = (0..batch)
-        .map(|index| json!({ "Id": index.to_string(), "MessageBody": body }))
-        .collect();
-    Bytes::from(json!({ "QueueUrl": queue_url, "Entries": entries }).to_string())
-}
-
 fn failed_entries(reply: &[u8]) -> u64 {
     serde_json::from_slice::<Value>(reply)
         .ok()
@@ -203,18 +261,34 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     if args.producers == 0 || args.consumers == 0 || args.rate == 0 {
         bail!("-P, -C and --rate must be at least 1");
     }
+    if args.fifo_groups == Some(0) {
+        bail!("--fifo-groups must be at least 1");
+    }
+    if args.fifo_groups.is_some() && args.workload == Workload::Redrive {
+        bail!("the redrive workload runs on standard queues; drop --fifo-groups");
+    }
     let client = args.endpoint.client()?;
+    let shape = Shape::new(args.fifo_groups);
     let queue = args.queue.clone().unwrap_or_else(|| {
         let stamp = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|elapsed| elapsed.as_secs())
             .unwrap_or(0);
-        format!("bench-{}-{stamp}", std::process::id())
+        let suffix = if args.fifo_groups.is_some() {
+            ".fifo"
+        } else {
+            ""
+        };
+        format!("bench-{}-{stamp}{suffix}", std::process::id())
     });
+    let mut attributes = json!({ "VisibilityTimeout": "60" });
+    if args.fifo_groups.is_some() {
+        attributes["FifoQueue"] = json!("true");
+    }
     let reply = client
         .call(
             "CreateQueue",
-            &json!({ "QueueName": queue, "Attributes": { "VisibilityTimeout": "60" } }),
+            &json!({ "QueueName": queue, "Attributes": attributes }),
         )
         .await?;
     let queue_url = reply["QueueUrl"]
@@ -226,19 +300,19 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
 
     let runs_w1 = matches!(args.workload, Workload::W1 | Workload::All);
     if runs_w1 {
-        reports.push(produce(&client, &args, &queue_url, &body).await?);
+        reports.push(produce(&client, &args, &shape, &queue_url, &body).await?);
     }
     if matches!(args.workload, Workload::W2 | Workload::All) {
         let backlog = if runs_w1 {
             reports[0].messages
         } else {
-            prefill(&client, &queue_url, &body, args.prefill).await?;
+            prefill(&client, &shape, &queue_url, &body, args.prefill).await?;
             args.prefill
         };
         reports.push(consume(&client, &args, &queue_url, backlog).await?);
     }
     if matches!(args.workload, Workload::W3 | Workload::All) {
-        reports.push(latency(&client, &args, &queue_url).await?);
+        reports.push(latency(&client, &args, &shape, &queue_url).await?);
     }
     if args.workload == Workload::Redrive {
         redrive(&client, &args, &queue).await?;
@@ -286,17 +360,18 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
 
 async fn prefill(
     client: &ApiClient,
+    shape: &Shape,
     queue_url: &str,
     body: &str,
     count: u64,
 ) -> anyhow::Result<()> {
-    let request = send_batch_body(queue_url, 10, body);
+    let mut requests = shape.batch_requests(queue_url, 10, body);
     let bar = progress(false, "fill", Some(count));
     let mut sent = 0;
     while sent < count {
         let mut calls = tokio::task::JoinSet::new();
         for _ in 0..16 {
-            let (client, request) = (client.clone(), request.clone());
+            let (client, request) = (client.clone(), requests());
             calls.spawn(async move { client.call_raw("SendMessageBatch", request).await });
         }
         while let Some(result) = calls.join_next().await {
@@ -315,10 +390,10 @@ async fn prefill(
 async fn produce(
     client: &ApiClient,
     args: &Args,
+    shape: &Shape,
     queue_url: &str,
     body: &str,
 ) -> anyhow::Result<Report> {
-    let request = send_batch_body(queue_url, args.batch, body);
     let deadline = Instant::now() + Duration::from_secs(args.duration);
     let bar = progress(args.endpoint.json, "W1", None);
     let sent = Arc::new(AtomicU64::new(0));
@@ -327,9 +402,9 @@ async fn produce(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..args.producers {
-        let (client, request, sent, errors, bar) = (
+        let (client, mut requests, sent, errors, bar) = (
             client.clone(),
-            request.clone(),
+            shape.batch_requests(queue_url, args.batch, body),
             Arc::clone(&sent),
             Arc::clone(&errors),
             bar.clone(),
@@ -339,7 +414,7 @@ async fn produce(
             let mut histogram = new_histogram();
             while Instant::now() < deadline {
                 let began = Instant::now();
-                match client.call_raw("SendMessageBatch", request.clone()).await {
+                match client.call_raw("SendMessageBatch", requests()).await {
                     Ok((status, reply)) if status.is_success() => {
                         let failed = failed_entries(&reply);
                         errors.fetch_add(failed, Ordering::Relaxed);
@@ -469,7 +544,12 @@ async fn consume(
     })
 }
 
-async fn latency(client: &ApiClient, args: &Args, queue_url: &str) -> anyhow::Result<Report> {
+async fn latency(
+    client: &ApiClient,
+    args: &Args,
+    shape: &Shape,
+    queue_url: &str,
+) -> anyhow::Result<Report> {
     let total = args.rate * args.duration;
     let interval = Duration::from_secs_f64(1.0 / args.rate as f64);
     let bar = progress(args.endpoint.json, "W3", Some(total));
@@ -545,8 +625,9 @@ async fn latency(client: &ApiClient, args: &Args, queue_url: &str) -> anyhow::Re
             bar.clone(),
         );
         let body = format!("{}:{padding}", micros(scheduled - origin));
-        let request =
-            Bytes::from(json!({ "QueueUrl": queue_url, "MessageBody": body }).to_string());
+        let mut request = json!({ "QueueUrl": queue_url, "MessageBody": body });
+        shape.mark(&mut request);
+        let request = Bytes::from(request.to_string());
         senders.spawn(async move {
             match client.call_raw("SendMessage", request).await {
                 Ok((status, _)) if status.is_success() => {
@@ -624,7 +705,14 @@ async fn redrive(client: &ApiClient, args: &Args, queue: &str) -> anyhow::Result
         .as_str()
         .context("CreateQueue returned no QueueUrl")?
         .to_owned();
-    prefill(client, &source_url, &"x".repeat(args.body_size), total).await?;
+    prefill(
+        client,
+        &Shape::new(None),
+        &source_url,
+        &"x".repeat(args.body_size),
+        total,
+    )
+    .await?;
     // The first receive uses the one allowed receive (lease 0 s); the next moves.
     loop {
         let depth: u64 = client

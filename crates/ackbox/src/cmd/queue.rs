@@ -17,7 +17,8 @@ pub(crate) struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum QueueCommand {
-    /// Create a queue (idempotent with the same attributes).
+    /// Create a queue (idempotent with the same attributes); a name ending in
+    /// `.fifo` creates a FIFO queue.
     Create {
         /// Queue name.
         name: String,
@@ -61,7 +62,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             attributes,
             tags,
         } => {
-            let attributes: BTreeMap<String, String> = attributes.into_iter().collect();
+            let mut attributes: BTreeMap<String, String> = attributes.into_iter().collect();
+            // The name already says what the queue is; SQS wants both.
+            if name.ends_with(".fifo") {
+                attributes
+                    .entry("FifoQueue".to_owned())
+                    .or_insert_with(|| "true".to_owned());
+            }
             let tags: BTreeMap<String, String> = tags.into_iter().collect();
             let reply = client
                 .call(

@@ -23,9 +23,12 @@ pub(crate) struct Args {
     /// String attribute, e.g. `--attribute order_id=42`.
     #[arg(long = "attribute", value_parser = parse_key_value)]
     attributes: Vec<(String, String)>,
-    /// Message group id.
+    /// Message group id (required on FIFO queues).
     #[arg(long)]
     group_id: Option<String>,
+    /// FIFO deduplication id (unless the queue has content-based deduplication).
+    #[arg(long)]
+    dedup_id: Option<String>,
 }
 
 /// Runs `ackbox send`.
@@ -52,9 +55,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     if let Some(group_id) = args.group_id {
         request["MessageGroupId"] = json!(group_id);
     }
+    if let Some(dedup_id) = args.dedup_id {
+        request["MessageDeduplicationId"] = json!(dedup_id);
+    }
     let reply = client.call("SendMessage", &request).await?;
     print(args.endpoint.json, &reply, || {
-        reply["MessageId"].as_str().unwrap_or_default().to_owned()
+        let message_id = reply["MessageId"].as_str().unwrap_or_default();
+        match reply["SequenceNumber"].as_str() {
+            Some(sequence_number) => format!("{message_id} (sequence number {sequence_number})"),
+            None => message_id.to_owned(),
+        }
     });
     Ok(())
 }
