@@ -11,18 +11,16 @@
 //! group that became deliverable first going first (ties: older head).
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::Duration;
 
 use ackbox_core::clock::ManualClock;
 use ackbox_core::error::ErrorCode;
 use ackbox_core::queue_name::QueueName;
-use ackbox_core::receipt::ReceiptKey;
-use ackbox_engine::receive::ReceiveRequest;
+use ackbox_engine::EngineError;
 use ackbox_engine::send::SendEntry;
-use ackbox_engine::store::sqlite::{Durability, SqliteStore};
-use ackbox_engine::{Engine, EngineConfig, EngineError};
 use proptest::prelude::*;
+use support::{receive_request, start_engine};
+
+mod support;
 
 const START: i64 = 1_700_000_000_000;
 const DEDUP_WINDOW_MS: i64 = 300_000;
@@ -123,25 +121,10 @@ struct HandleRecord {
     lease: i64,
 }
 
-async fn start(dir: &std::path::Path, clock: &ManualClock) -> Engine {
-    let store = SqliteStore::open(
-        dir,
-        Durability::Relaxed {
-            sync_interval: Duration::from_secs(60),
-        },
-    )
-    .unwrap();
-    let mut config = EngineConfig::new(ReceiptKey::new([7; 32]));
-    config.retention_sweep_interval = Duration::from_secs(3_600);
-    Engine::start(config, Arc::new(store), Arc::new(clock.clone()))
-        .await
-        .unwrap()
-}
-
 async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(START);
-    let mut engine = start(dir.path(), &clock).await;
+    let mut engine = start_engine(dir.path(), &clock).await;
     let attributes = [("FifoQueue".to_owned(), "true".to_owned())].into();
     let queue: QueueName = engine
         .create_queue("model.fifo", &attributes, &Default::default())
@@ -191,13 +174,7 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 max,
                 visibility_seconds,
             } => {
-                let request = ReceiveRequest {
-                    max_number_of_messages: Some(max),
-                    visibility_timeout: Some(visibility_seconds),
-                    wait_time_seconds: Some(0),
-                    system_attribute_names: vec!["ApproximateReceiveCount".into()],
-                    ..ReceiveRequest::default()
-                };
+                let request = receive_request(max, visibility_seconds);
                 let received = engine.receive_messages(&queue, &request).await.unwrap();
                 let expected =
                     model.receive(now, max as usize, i64::from(visibility_seconds) * 1_000);
@@ -275,7 +252,7 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Advance { millis } => clock.advance_millis(millis),
             Op::Restart => {
                 engine.shutdown().await.unwrap();
-                engine = start(dir.path(), &clock).await;
+                engine = start_engine(dir.path(), &clock).await;
             }
         }
     }

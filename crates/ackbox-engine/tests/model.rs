@@ -4,18 +4,15 @@
 //! tiny in-memory reference model; everything observable must agree after
 //! every step.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use ackbox_core::clock::ManualClock;
 use ackbox_core::error::ErrorCode;
 use ackbox_core::queue_name::QueueName;
-use ackbox_core::receipt::ReceiptKey;
-use ackbox_engine::receive::ReceiveRequest;
 use ackbox_engine::send::SendEntry;
-use ackbox_engine::store::sqlite::{Durability, SqliteStore};
-use ackbox_engine::{Engine, EngineConfig, EngineError};
+use ackbox_engine::{Engine, EngineError};
 use proptest::prelude::*;
+use support::{receive_request, start_engine};
+
+mod support;
 
 const START: i64 = 1_700_000_000_000;
 
@@ -142,18 +139,7 @@ async fn count(engine: &Engine, queue: &QueueName, name: &str) -> u64 {
 async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(START);
-    let store = SqliteStore::open(
-        dir.path(),
-        Durability::Relaxed {
-            sync_interval: Duration::from_secs(60),
-        },
-    )
-    .unwrap();
-    let mut config = EngineConfig::new(ReceiptKey::new([7; 32]));
-    config.retention_sweep_interval = Duration::from_secs(3_600);
-    let engine = Engine::start(config, Arc::new(store), Arc::new(clock.clone()))
-        .await
-        .unwrap();
+    let engine = start_engine(dir.path(), &clock).await;
     let queue = engine
         .create_queue("model", &Default::default(), &Default::default())
         .await
@@ -183,13 +169,7 @@ async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 max,
                 visibility_seconds,
             } => {
-                let request = ReceiveRequest {
-                    max_number_of_messages: Some(max),
-                    visibility_timeout: Some(visibility_seconds),
-                    wait_time_seconds: Some(0),
-                    system_attribute_names: vec!["ApproximateReceiveCount".into()],
-                    ..ReceiveRequest::default()
-                };
+                let request = receive_request(max, visibility_seconds);
                 let received = engine.receive_messages(&queue, &request).await.unwrap();
                 let expected =
                     model.receive(now, max as usize, i64::from(visibility_seconds) * 1_000);
