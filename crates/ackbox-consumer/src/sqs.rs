@@ -1,0 +1,388 @@
+//! The SQS API as a transport, through the official `aws-sdk-sqs`: works
+//! against ackbox and against AWS.
+//!
+//! Against ackbox ([`SqsTransport::with_ackbox_extensions`]), failures are
+//! reported with `AckBox.NackMessage`: the reason travels with the message,
+//! and a permanent failure moves it to the dead-letter queue atomically.
+//! Against AWS, a retry is a `ChangeMessageVisibility`, and a permanent
+//! failure is a send of a copy to the dead-letter queue followed by a delete
+//! of the original — two calls, so a crash between them leaves the copy in
+//! the dead-letter queue *and* the original in the queue, to be delivered
+//! again (the inbox then skips it if it was applied; otherwise it fails again
+//! and is copied again). Nothing is lost; a dead-letter queue may hold a
+//! message twice.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use crate::error::{Failure, TransportError};
+use crate::message::{Delivery, Message};
+use crate::transport::{QueueSettings, Transport};
+
+/// Message attributes a dead-letter copy carries on AWS.
+const FAILURE_CLASS_ATTRIBUTE: &str = "ackbox.failure.class";
+const FAILURE_MESSAGE_ATTRIBUTE: &str = "ackbox.failure.message";
+
+/// A queue reached through the SQS API.
+#[derive(Debug, Clone)]
+pub struct SqsTransport {
+    client: Client,
+    queue_url: String,
+    ackbox: Option<AckBoxApi>,
+    /// The dead-letter queue's URL, from the queue's redrive policy.
+    dead_letter_url: OnceCell<Option<String>>,
+}
+
+impl SqsTransport {
+    /// A transport on `queue_url` with only standard SQS calls (AWS).
+    pub fn new(client: Client, queue_url: impl Into<String>) -> Self {
+        Self {
+            client,
+            queue_url: queue_url.into(),
+            ackbox: None,
+            dead_letter_url: OnceCell::new(),
+        }
+    }
+
+    /// Uses ackbox's `AckBox.NackMessage` at `endpoint` (the same endpoint
+    /// the client talks to) for retries and dead-lettering.
+    pub fn with_ackbox_extensions(mut self, endpoint: &str) -> Self {
+        self.ackbox = Some(AckBoxApi::new(endpoint));
+        self
+    }
+
+    async fn nack(
+        &self,
+        api: &AckBoxApi,
+        delivery: &Delivery,
+        request: Value,
+    ) -> Result<(), TransportError> {
+        let mut request = request;
+        request["QueueUrl"] = json!(self.queue_url);
+        request["ReceiptHandle"] = json!(delivery.token);
+        api.call("AckBox.NackMessage", &request).await.map(drop)
+    }
+
+    async fn queue_attributes(
+        &self,
+        url: &str,
+    ) -> Result<HashMap<QueueAttributeName, String>, TransportError> {
+        let output = self
+            .client
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(QueueAttributeName::All)
+            .send()
+            .await
+            .map_err(|error| TransportError::new("GetQueueAttributes", describe(&error)))?;
+        Ok(output.attributes.unwrap_or_default())
+    }
+
+    async fn dead_letter_url(&self) -> Result<Option<String>, TransportError> {
+        self.dead_letter_url
+            .get_or_try_init(|| async {
+                let attributes = self.queue_attributes(&self.queue_url).await?;
+                let Some(policy) = attributes.get(&QueueAttributeName::RedrivePolicy) else {
+                    return Ok(None);
+                };
+                let policy: Value = serde_json::from_str(policy)
+                    .map_err(|error| TransportError::new("RedrivePolicy", error))?;
+                let name = policy["deadLetterTargetArn"]
+                    .as_str()
+                    .and_then(|arn| arn.rsplit(':').next())
+                    .ok_or_else(|| {
+                        TransportError::new("RedrivePolicy", "no deadLetterTargetArn")
+                    })?;
+                let url = self
+                    .client
+                    .get_queue_url()
+                    .queue_name(name)
+                    .send()
+                    .await
+                    .map_err(|error| TransportError::new("GetQueueUrl", describe(&error)))?
+                    .queue_url;
+                Ok(url)
+            })
+            .await
+            .cloned()
+    }
+}
+
+fn describe<E: std::error::Error>(error: &E) -> String {
+    use std::fmt::Write;
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let _ = write!(text, ": {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+fn seconds(duration: Duration) -> i32 {
+    i32::try_from(duration.as_secs()).unwrap_or(i32::MAX)
+}
+
+#[async_trait]
+impl Transport for SqsTransport {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, TransportError> {
+        let output = self
+            .client
+            .receive_message()
+            .queue_url(&self.queue_url)
+            .max_number_of_messages(i32::try_from(max.clamp(1, 10)).unwrap_or(10))
+            .wait_time_seconds(seconds(wait).min(20))
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .map_err(|error| TransportError::new("ReceiveMessage", describe(&error)))?;
+        Ok(output
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .map(|message| {
+                let system = message.attributes.unwrap_or_default();
+                let attributes: BTreeMap<String, String> = message
+                    .message_attributes
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|(name, value)| value.string_value.map(|text| (name, text)))
+                    .collect();
+                Delivery {
+                    message: Message {
+                        id: message.message_id.unwrap_or_default(),
+                        body: message.body.unwrap_or_default(),
+                        attributes,
+                        receive_count: system
+                            .get(&MessageSystemAttributeName::ApproximateReceiveCount)
+                            .and_then(|count| count.parse().ok())
+                            .unwrap_or(1),
+                        group_id: system
+                            .get(&MessageSystemAttributeName::MessageGroupId)
+                            .cloned(),
+                    },
+                    token: message.receipt_handle.unwrap_or_default(),
+                }
+            })
+            .collect())
+    }
+
+    async fn ack(&self, delivery: &Delivery) -> Result<(), TransportError> {
+        self.client
+            .delete_message()
+            .queue_url(&self.queue_url)
+            .receipt_handle(&delivery.token)
+            .send()
+            .await
+            .map(drop)
+            .map_err(|error| TransportError::new("DeleteMessage", describe(&error)))
+    }
+
+    async fn extend(&self, delivery: &Delivery, lease: Duration) -> Result<(), TransportError> {
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.queue_url)
+            .receipt_handle(&delivery.token)
+            .visibility_timeout(seconds(lease))
+            .send()
+            .await
+            .map(drop)
+            .map_err(|error| TransportError::new("ChangeMessageVisibility", describe(&error)))
+    }
+
+    async fn retry(
+        &self,
+        delivery: &Delivery,
+        delay: Duration,
+        failure: &Failure,
+    ) -> Result<(), TransportError> {
+        match &self.ackbox {
+            Some(api) => {
+                self.nack(
+                    api,
+                    delivery,
+                    json!({
+                        "DelaySeconds": seconds(delay),
+                        "Reason": { "Class": failure.class, "Message": failure.message },
+                    }),
+                )
+                .await
+            }
+            None => self.extend(delivery, delay).await,
+        }
+    }
+
+    async fn dead_letter(
+        &self,
+        delivery: &Delivery,
+        failure: &Failure,
+    ) -> Result<(), TransportError> {
+        if let Some(api) = &self.ackbox {
+            return self
+                .nack(
+                    api,
+                    delivery,
+                    json!({
+                        "Permanent": true,
+                        "Reason": { "Class": failure.class, "Message": failure.message },
+                    }),
+                )
+                .await;
+        }
+        let Some(dead_letter_url) = self.dead_letter_url().await? else {
+            return Err(TransportError::new(
+                "dead-letter",
+                "the queue has no RedrivePolicy, so there is no dead-letter queue to move the message to",
+            ));
+        };
+        let message = &delivery.message;
+        let mut copy = self
+            .client
+            .send_message()
+            .queue_url(dead_letter_url)
+            .message_body(&message.body);
+        let mut attributes: Vec<(String, String)> = message
+            .attributes
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        attributes.push((FAILURE_CLASS_ATTRIBUTE.into(), failure.class.clone()));
+        attributes.push((FAILURE_MESSAGE_ATTRIBUTE.into(), failure.message.clone()));
+        for (name, value) in attributes
+            .into_iter()
+            .filter(|(_, value)| !value.is_empty())
+            .take(10)
+        {
+            let value = MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build()
+                .map_err(|error| TransportError::new("dead-letter copy", error))?;
+            copy = copy.message_attributes(name, value);
+        }
+        if let Some(group_id) = &message.group_id {
+            copy = copy
+                .message_group_id(group_id)
+                .message_deduplication_id(&message.id);
+        }
+        copy.send().await.map_err(|error| {
+            TransportError::new("SendMessage (dead-letter copy)", describe(&error))
+        })?;
+        self.ack(delivery).await
+    }
+
+    async fn release(&self, delivery: &Delivery) -> Result<(), TransportError> {
+        self.extend(delivery, Duration::ZERO).await
+    }
+
+    async fn settings(&self) -> Result<QueueSettings, TransportError> {
+        let attributes = self.queue_attributes(&self.queue_url).await?;
+        let number = |name: QueueAttributeName, default: u64| {
+            attributes
+                .get(&name)
+                .and_then(|value| value.parse::<u64>().ok())
+                .unwrap_or(default)
+        };
+        let lease = number(QueueAttributeName::VisibilityTimeout, 30);
+        let retention = number(QueueAttributeName::MessageRetentionPeriod, 345_600);
+        let policy: Option<Value> = attributes
+            .get(&QueueAttributeName::RedrivePolicy)
+            .and_then(|policy| serde_json::from_str(policy).ok());
+        let max_deliveries = policy
+            .as_ref()
+            .and_then(|policy| {
+                policy["maxReceiveCount"]
+                    .as_u64()
+                    .or_else(|| policy["maxReceiveCount"].as_str()?.parse().ok())
+            })
+            .and_then(|count| u32::try_from(count).ok());
+        let (horizon, explanation) = match (max_deliveries, self.dead_letter_url().await?) {
+            (Some(max), Some(dead_letter_url)) => {
+                let dead_letter = self.queue_attributes(&dead_letter_url).await?;
+                let dead_letter_retention = dead_letter
+                    .get(&QueueAttributeName::MessageRetentionPeriod)
+                    .and_then(|value| value.parse::<u64>().ok())
+                    .unwrap_or(345_600);
+                (
+                    u64::from(max) * lease + retention + dead_letter_retention,
+                    format!(
+                        "maxReceiveCount {max} × VisibilityTimeout {lease} s + MessageRetentionPeriod \
+                         {retention} s + the dead-letter queue's retention {dead_letter_retention} s, \
+                         since a redrive can bring a message back"
+                    ),
+                )
+            }
+            _ => (
+                retention,
+                format!("MessageRetentionPeriod {retention} s (no dead-letter queue)"),
+            ),
+        };
+        Ok(QueueSettings {
+            lease: Duration::from_secs(lease),
+            max_deliveries,
+            redelivery_horizon: Duration::from_secs(horizon),
+            horizon_explanation: explanation,
+        })
+    }
+}
+
+/// ackbox's `AckBox.*` actions, which no AWS SDK knows: plain AWS JSON 1.0
+/// requests to the broker's endpoint.
+#[derive(Debug, Clone)]
+struct AckBoxApi {
+    endpoint: String,
+    http: HttpClient<HttpConnector, Full<Bytes>>,
+}
+
+impl AckBoxApi {
+    fn new(endpoint: &str) -> Self {
+        Self {
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            http: HttpClient::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    async fn call(&self, target: &str, body: &Value) -> Result<Value, TransportError> {
+        let request = hyper::Request::post(format!("{}/", self.endpoint))
+            .header("Content-Type", "application/x-amz-json-1.0")
+            .header("X-Amz-Target", target)
+            .body(Full::new(Bytes::from(body.to_string())))
+            .map_err(|error| TransportError::new("AckBox request", error))?;
+        let response = self
+            .http
+            .request(request)
+            .await
+            .map_err(|error| TransportError::new("AckBox request", describe(&error)))?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|error| TransportError::new("AckBox response", error))?
+            .to_bytes();
+        let reply: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if status.is_success() {
+            Ok(reply)
+        } else {
+            Err(TransportError::new(
+                "AckBox.NackMessage",
+                format!(
+                    "{status}: {}",
+                    reply["message"].as_str().unwrap_or("no message")
+                ),
+            ))
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! A fault kit, so applications can exercise their handlers the way they
+//! will fail in production: "idempotency that has never been exercised is a
+//! hypothesis".
+//!
+//! [`Faults`] makes the consumer stop dead at a chosen point, as if the
+//! process had crashed there: no commit, no acknowledgement, no release; the
+//! broker delivers the message again when its lease ends. Combine it with
+//! [`DuplicatingTransport`], which delivers some messages twice.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rand::Rng;
+
+use crate::error::{Failure, TransportError};
+use crate::message::Delivery;
+use crate::transport::{QueueSettings, Transport};
+
+/// Where a simulated crash happens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CrashPoint {
+    /// While the handler runs: its transaction rolls back.
+    DuringHandler,
+    /// After the handler succeeded, before the commit: it rolls back.
+    BeforeCommit,
+    /// After the commit, before the acknowledgement: the effect is durable
+    /// and the message comes back.
+    AfterCommitBeforeAck,
+}
+
+/// Simulated crashes: a point fires for chosen message ids, or at random.
+#[derive(Debug, Default)]
+pub struct Faults {
+    planned: Mutex<Vec<(CrashPoint, String)>>,
+    random: Mutex<Vec<(CrashPoint, f64)>>,
+    crashes: AtomicU64,
+}
+
+impl Faults {
+    /// No faults yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Crash once at `point` while processing the message with id `message_id`.
+    pub fn crash_once(&self, point: CrashPoint, message_id: impl Into<String>) -> &Self {
+        self.planned
+            .lock()
+            .expect("faults lock poisoned")
+            .push((point, message_id.into()));
+        self
+    }
+
+    /// Crash at `point` with probability `probability` on every message.
+    pub fn crash_randomly(&self, point: CrashPoint, probability: f64) -> &Self {
+        self.random
+            .lock()
+            .expect("faults lock poisoned")
+            .push((point, probability));
+        self
+    }
+
+    /// How many crashes were simulated.
+    pub fn crashes(&self) -> u64 {
+        self.crashes.load(Ordering::Relaxed)
+    }
+
+    /// Whether the consumer crashes at `point` for `message_id` now.
+    pub(crate) fn fires(&self, point: CrashPoint, message_id: &str) -> bool {
+        let planned = {
+            let mut planned = self.planned.lock().expect("faults lock poisoned");
+            match planned
+                .iter()
+                .position(|(at, id)| *at == point && id == message_id)
+            {
+                Some(position) => {
+                    planned.remove(position);
+                    true
+                }
+                None => false,
+            }
+        };
+        let fired = planned
+            || self
+                .random
+                .lock()
+                .expect("faults lock poisoned")
+                .iter()
+                .any(|(at, probability)| *at == point && rand::rng().random_bool(*probability));
+        if fired {
+            self.crashes.fetch_add(1, Ordering::Relaxed);
+        }
+        fired
+    }
+}
+
+/// Wraps a transport and delivers a share of its messages twice in the same
+/// receive (as a broker may), with the same token.
+#[derive(Debug)]
+pub struct DuplicatingTransport<T> {
+    inner: T,
+    probability: f64,
+    duplicated: AtomicU64,
+}
+
+impl<T> DuplicatingTransport<T> {
+    /// Duplicates each delivery of `inner` with `probability`.
+    pub fn new(inner: T, probability: f64) -> Self {
+        Self {
+            inner,
+            probability,
+            duplicated: AtomicU64::new(0),
+        }
+    }
+
+    /// How many duplicates were injected.
+    pub fn duplicated(&self) -> u64 {
+        self.duplicated.load(Ordering::Relaxed)
+    }
+}
+
+#[async_trait]
+impl<T: Transport> Transport for DuplicatingTransport<T> {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, TransportError> {
+        let deliveries = self.inner.receive(max, wait).await?;
+        let mut out = Vec::with_capacity(deliveries.len() * 2);
+        for delivery in deliveries {
+            if rand::rng().random_bool(self.probability) {
+                self.duplicated.fetch_add(1, Ordering::Relaxed);
+                out.push(delivery.clone());
+            }
+            out.push(delivery);
+        }
+        Ok(out)
+    }
+
+    async fn ack(&self, delivery: &Delivery) -> Result<(), TransportError> {
+        self.inner.ack(delivery).await
+    }
+
+    async fn extend(&self, delivery: &Delivery, lease: Duration) -> Result<(), TransportError> {
+        self.inner.extend(delivery, lease).await
+    }
+
+    async fn retry(
+        &self,
+        delivery: &Delivery,
+        delay: Duration,
+        failure: &Failure,
+    ) -> Result<(), TransportError> {
+        self.inner.retry(delivery, delay, failure).await
+    }
+
+    async fn dead_letter(
+        &self,
+        delivery: &Delivery,
+        failure: &Failure,
+    ) -> Result<(), TransportError> {
+        self.inner.dead_letter(delivery, failure).await
+    }
+
+    async fn release(&self, delivery: &Delivery) -> Result<(), TransportError> {
+        self.inner.release(delivery).await
+    }
+
+    async fn settings(&self) -> Result<QueueSettings, TransportError> {
+        self.inner.settings().await
+    }
+}

@@ -1,0 +1,52 @@
+//! The broker seam: what the consumer needs from a queue.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::error::{Failure, TransportError};
+use crate::message::Delivery;
+
+/// What the consumer learns about its queue at start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueSettings {
+    /// How long a delivery is leased before the broker may deliver it again.
+    pub lease: Duration,
+    /// Deliveries before the broker dead-letters a message, if it does.
+    pub max_deliveries: Option<u32>,
+    /// How long after its first delivery the broker can still deliver a
+    /// message again, with how that was computed; the inbox must remember it
+    /// at least that long.
+    pub redelivery_horizon: Duration,
+    /// The computation behind `redelivery_horizon`, for error messages.
+    pub horizon_explanation: String,
+}
+
+/// A queue the consumer can take messages from. Implementations must make
+/// `ack` after a lost lease harmless (a newer lease's holder decides).
+#[async_trait]
+pub trait Transport: Send + Sync + 'static {
+    /// Up to `max` messages, waiting up to `wait` for the first.
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, TransportError>;
+    /// The message is done: remove it.
+    async fn ack(&self, delivery: &Delivery) -> Result<(), TransportError>;
+    /// Keep the lease for `lease` more from now.
+    async fn extend(&self, delivery: &Delivery, lease: Duration) -> Result<(), TransportError>;
+    /// Give the message back to be delivered again after `delay`.
+    async fn retry(
+        &self,
+        delivery: &Delivery,
+        delay: Duration,
+        failure: &Failure,
+    ) -> Result<(), TransportError>;
+    /// Move the message to the dead-letter queue with its reason.
+    async fn dead_letter(
+        &self,
+        delivery: &Delivery,
+        failure: &Failure,
+    ) -> Result<(), TransportError>;
+    /// Give an unstarted message back at once (shutdown).
+    async fn release(&self, delivery: &Delivery) -> Result<(), TransportError>;
+    /// The queue's lease and redelivery horizon.
+    async fn settings(&self) -> Result<QueueSettings, TransportError>;
+}

@@ -1,0 +1,553 @@
+//! Seed 000 §29, the testing matrix, as tests that count business rows: a
+//! real ackbox broker, a real application database (SQLite always,
+//! PostgreSQL when `ACKBOX_TEST_POSTGRES_URL` is set), and the consumer in
+//! between. One suite, instantiated per inbox database (STYLE T2).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ackbox_consumer::testing::{CrashPoint, DuplicatingTransport, Faults};
+use ackbox_consumer::{
+    CancellationToken, Consumer, ConsumerError, RetryBudget, RetryPolicy, Transport,
+};
+use support::{Backend, Broker, Ledger, Script, body, business_key, eventually};
+use tokio::task::JoinHandle;
+
+/// Retries at once, up to 5 attempts: for tests that are not about backoff.
+fn quick_retries() -> RetryPolicy {
+    RetryPolicy::exponential(5, Duration::ZERO, Duration::ZERO)
+}
+
+/// Runs `consumer` with a ledger handler until the returned token is cancelled.
+fn spawn<B: Backend, T: Transport>(
+    consumer: Arc<Consumer<T, B::Inbox>>,
+    script: Arc<Script>,
+) -> (CancellationToken, JoinHandle<Result<(), ConsumerError>>) {
+    let shutdown = CancellationToken::new();
+    let token = shutdown.clone();
+    let task = tokio::spawn(async move { consumer.run(Ledger::<B>::new(script), token).await });
+    (shutdown, task)
+}
+
+async fn stop(shutdown: CancellationToken, task: JoinHandle<Result<(), ConsumerError>>) {
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(30), task)
+        .await
+        .expect("the consumer stops")
+        .unwrap()
+        .unwrap();
+}
+
+fn consumer<B: Backend, T: Transport>(
+    backend: &B,
+    transport: T,
+) -> ackbox_consumer::ConsumerBuilder<T, B::Inbox> {
+    Consumer::builder("ledger")
+        .transport(transport)
+        .inbox(backend.inbox())
+        .effect_key(business_key)
+        .retry(quick_retries())
+        .wait(Duration::from_millis(200))
+}
+
+async fn drained(broker: &Broker) -> bool {
+    broker.depth(&broker.url).await == (0, 0)
+}
+
+async fn worker_crash_after_commit_before_ack_is_a_duplicate_no_op<B: Backend>(backend: B) {
+    let broker = Broker::start(1, 10).await;
+    let id = broker.send(&body("k1")).await;
+    let faults = Arc::new(Faults::new());
+    faults.crash_once(CrashPoint::AfterCommitBeforeAck, &id);
+    let consumer = Arc::new(
+        consumer(&backend, broker.transport())
+            .faults(Arc::clone(&faults))
+            .build()
+            .unwrap(),
+    );
+    let script = Arc::new(Script::default());
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
+    eventually(
+        Duration::from_secs(10),
+        "the redelivery is acknowledged",
+        || async { consumer.stats().duplicates() == 1 && drained(&broker).await },
+    )
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(faults.crashes(), 1);
+    assert_eq!(backend.effects("k1").await, 1, "one effect");
+    assert_eq!(
+        script.calls("k1"),
+        1,
+        "the duplicate never reached the handler"
+    );
+}
+
+async fn worker_crash_before_commit_applies_the_effect_once<B: Backend>(backend: B) {
+    let broker = Broker::start(1, 10).await;
+    let id = broker.send(&body("k1")).await;
+    let faults = Arc::new(Faults::new());
+    faults.crash_once(CrashPoint::BeforeCommit, &id);
+    let consumer = Arc::new(
+        consumer(&backend, broker.transport())
+            .faults(faults)
+            .build()
+            .unwrap(),
+    );
+    let script = Arc::new(Script::default());
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
+    eventually(Duration::from_secs(10), "the retry applies", || async {
+        consumer.stats().applied() == 1 && drained(&broker).await
+    })
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(backend.effects("k1").await, 1);
+    assert_eq!(
+        script.calls("k1"),
+        2,
+        "the crashed attempt rolled back and ran again"
+    );
+}
+
+async fn visibility_too_short_a_concurrent_duplicate_does_not_double_commit<B: Backend>(
+    backend: B,
+) {
+    let broker = Broker::start(1, 10).await;
+    broker.send(&body("slow")).await;
+    let script = Arc::new(Script::default());
+    *script.delay.lock().unwrap() = Duration::from_millis(2_500);
+    // Two consumers, no heartbeat: the lease runs out while the first is
+    // still inside its transaction, and the second receives the message.
+    let first = Arc::new(
+        consumer(&backend, broker.transport())
+            .heartbeat(false)
+            .build()
+            .unwrap(),
+    );
+    let second = Arc::new(
+        consumer(&backend, broker.transport())
+            .heartbeat(false)
+            .build()
+            .unwrap(),
+    );
+    let (shutdown_first, first_task) = spawn::<B, _>(Arc::clone(&first), Arc::clone(&script));
+    let (shutdown_second, second_task) = spawn::<B, _>(Arc::clone(&second), Arc::clone(&script));
+    eventually(
+        Duration::from_secs(20),
+        "both deliveries are decided",
+        || async {
+            let decided = first.stats().applied()
+                + first.stats().duplicates()
+                + second.stats().applied()
+                + second.stats().duplicates();
+            decided >= 2 && drained(&broker).await
+        },
+    )
+    .await;
+    stop(shutdown_first, first_task).await;
+    stop(shutdown_second, second_task).await;
+    assert_eq!(backend.effects("slow").await, 1, "never two effects");
+    assert_eq!(first.stats().applied() + second.stats().applied(), 1);
+}
+
+async fn duplicate_delivery_has_one_business_effect<B: Backend>(backend: B) {
+    let broker = Broker::start(5, 10).await;
+    // The producer sent it twice, and the broker delivers each copy twice.
+    broker.send(&body("order-7")).await;
+    broker.send(&body("order-7")).await;
+    let transport = DuplicatingTransport::new(broker.transport(), 1.0);
+    let consumer = Arc::new(consumer(&backend, transport).build().unwrap());
+    let script = Arc::new(Script::default());
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
+    eventually(
+        Duration::from_secs(10),
+        "all four deliveries are decided",
+        || async {
+            consumer.stats().applied() + consumer.stats().duplicates() == 4
+                && drained(&broker).await
+        },
+    )
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(backend.effects("order-7").await, 1);
+    assert_eq!(consumer.stats().duplicates(), 3);
+}
+
+async fn schema_incompatible_message_goes_to_the_dead_letter_queue_with_its_reason<B: Backend>(
+    backend: B,
+) {
+    let broker = Broker::start(5, 10).await;
+    broker.send("this is not JSON").await;
+    let consumer = Arc::new(consumer(&backend, broker.transport()).build().unwrap());
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::new(Script::default()));
+    eventually(
+        Duration::from_secs(10),
+        "the poison message is quarantined",
+        || async { consumer.stats().quarantined() == 1 },
+    )
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(
+        consumer.stats().failed(),
+        0,
+        "no retry of a message that cannot decode"
+    );
+    assert_eq!(
+        broker.dead_letters().await,
+        [("this is not JSON".to_owned(), "Deserialize".to_owned())]
+    );
+    assert!(drained(&broker).await);
+    assert_eq!(backend.total_effects().await, 0);
+}
+
+async fn dependency_down_retries_are_bounded_backed_off_and_visible<B: Backend>(backend: B) {
+    let broker = Broker::start(10, 10).await;
+    broker.send(&body("down")).await;
+    let script = Arc::new(Script::default());
+    script.always_down.lock().unwrap().push("down".into());
+    // An empty retry budget: every retry waits the cap, two seconds.
+    let consumer = Arc::new(
+        consumer(&backend, broker.transport())
+            .retry(RetryPolicy::exponential(
+                3,
+                Duration::from_secs(1),
+                Duration::from_secs(2),
+            ))
+            .retry_budget(RetryBudget::new(0, 0.0))
+            .build()
+            .unwrap(),
+    );
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
+    eventually(
+        Duration::from_secs(5),
+        "the first attempt fails",
+        || async { consumer.stats().failed() == 1 },
+    )
+    .await;
+    assert_eq!(
+        broker.depth(&broker.url).await,
+        (0, 1),
+        "the backlog is visible as in flight"
+    );
+    eventually(Duration::from_secs(20), "the attempts run out", || async {
+        consumer.stats().quarantined() == 1
+    })
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(script.calls("down"), 3, "bounded attempts");
+    let times = script.call_times.lock().unwrap().clone();
+    for pair in times.windows(2) {
+        assert!(
+            pair[1] - pair[0] >= Duration::from_millis(1_900),
+            "backed off: {:?}",
+            pair[1] - pair[0]
+        );
+    }
+    assert_eq!(
+        broker.dead_letters().await,
+        [(body("down"), "DependencyDown".to_owned())]
+    );
+    assert_eq!(backend.total_effects().await, 0);
+}
+
+async fn batch_partial_failure_does_not_redo_the_others<B: Backend>(backend: B) {
+    let broker = Broker::start(5, 10).await;
+    let bodies: Vec<String> = (0..10).map(|index| body(&format!("b{index}"))).collect();
+    broker.send_batch(&bodies).await;
+    let script = Arc::new(Script::default());
+    script
+        .transient_failures
+        .lock()
+        .unwrap()
+        .insert("b3".into(), 1);
+    let consumer = Arc::new(consumer(&backend, broker.transport()).build().unwrap());
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
+    eventually(Duration::from_secs(10), "all ten are applied", || async {
+        consumer.stats().applied() == 10 && drained(&broker).await
+    })
+    .await;
+    stop(shutdown, task).await;
+    for index in 0..10 {
+        let key = format!("b{index}");
+        assert_eq!(backend.effects(&key).await, 1, "{key}");
+        assert_eq!(script.calls(&key), if index == 3 { 2 } else { 1 }, "{key}");
+    }
+}
+
+async fn redrive_of_already_applied_messages_is_skipped<B: Backend>(backend: B) {
+    let broker = Broker::start(1, 1).await;
+    let id = broker.send(&body("applied")).await;
+    let faults = Arc::new(Faults::new());
+    faults.crash_once(CrashPoint::AfterCommitBeforeAck, &id);
+    let first = Arc::new(
+        consumer(&backend, broker.transport())
+            .faults(faults)
+            .build()
+            .unwrap(),
+    );
+    let script = Arc::new(Script::default());
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&first), Arc::clone(&script));
+    eventually(
+        Duration::from_secs(10),
+        "the effect commits and the worker dies",
+        || async { first.stats().crashed() == 1 },
+    )
+    .await;
+    stop(shutdown, task).await;
+    // Its one receive used, the message dead-letters at the next receive.
+    eventually(
+        Duration::from_secs(10),
+        "the message is dead-lettered",
+        || async {
+            let _ = broker
+                .client
+                .receive_message()
+                .queue_url(&broker.url)
+                .send()
+                .await;
+            broker.depth(&broker.dlq_url).await.0 == 1
+        },
+    )
+    .await;
+    let dlq_arn = broker
+        .client
+        .get_queue_attributes()
+        .queue_url(&broker.dlq_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
+        .clone();
+    broker
+        .client
+        .start_message_move_task()
+        .source_arn(dlq_arn)
+        .send()
+        .await
+        .unwrap();
+    let second = Arc::new(consumer(&backend, broker.transport()).build().unwrap());
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&second), Arc::clone(&script));
+    eventually(
+        Duration::from_secs(10),
+        "the redriven message is skipped",
+        || async { second.stats().duplicates() == 1 && drained(&broker).await },
+    )
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(backend.effects("applied").await, 1);
+    assert_eq!(script.calls("applied"), 1);
+}
+
+async fn a_heartbeat_keeps_a_long_handler_s_lease<B: Backend>(backend: B) {
+    let broker = Broker::start(1, 10).await;
+    broker.send(&body("long")).await;
+    let script = Arc::new(Script::default());
+    *script.delay.lock().unwrap() = Duration::from_millis(2_500);
+    let consumer = Arc::new(
+        consumer(&backend, broker.transport())
+            .concurrency(4)
+            .build()
+            .unwrap(),
+    );
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
+    eventually(
+        Duration::from_secs(10),
+        "the long handler finishes",
+        || async { consumer.stats().applied() == 1 && drained(&broker).await },
+    )
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(
+        script.calls("long"),
+        1,
+        "no second delivery while the handler ran"
+    );
+    assert!(
+        consumer.stats().extensions() >= 2,
+        "{}",
+        consumer.stats().extensions()
+    );
+    assert_eq!(consumer.stats().duplicates(), 0);
+}
+
+async fn shutdown_gives_back_what_it_could_not_finish<B: Backend>(backend: B) {
+    let broker = Broker::start(30, 10).await;
+    broker.send(&body("unfinished")).await;
+    let script = Arc::new(Script::default());
+    *script.delay.lock().unwrap() = Duration::from_secs(10);
+    let consumer = Arc::new(
+        consumer(&backend, broker.transport())
+            .shutdown_deadline(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    );
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
+    eventually(Duration::from_secs(5), "the handler starts", || async {
+        script.calls("unfinished") == 1
+    })
+    .await;
+    let stopping = std::time::Instant::now();
+    stop(shutdown, task).await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the deadline cut the handler off"
+    );
+    assert_eq!(
+        broker.depth(&broker.url).await,
+        (1, 0),
+        "visible again at once, not after 30 s"
+    );
+    assert_eq!(
+        backend.total_effects().await,
+        0,
+        "the cut-off transaction rolled back"
+    );
+}
+
+async fn an_inbox_ttl_shorter_than_the_redelivery_horizon_is_refused<B: Backend>(backend: B) {
+    let broker = Broker::start(30, 5).await;
+    let consumer = consumer(&backend, broker.transport())
+        .inbox_ttl(Duration::from_secs(3_600))
+        .build()
+        .unwrap();
+    let error = consumer
+        .run(Ledger::<B>::new(Arc::default()), CancellationToken::new())
+        .await
+        .unwrap_err();
+    let text = error.to_string();
+    assert!(
+        matches!(error, ConsumerError::InboxTtlTooShort { .. }),
+        "{text}"
+    );
+    assert!(
+        text.contains("maxReceiveCount 5") && text.contains("MessageRetentionPeriod"),
+        "{text}"
+    );
+}
+
+async fn the_same_key_with_another_payload_is_quarantined<B: Backend>(backend: B) {
+    let broker = Broker::start(5, 10).await;
+    broker.send(r#"{"key":"pay-1","cents":100}"#).await;
+    let consumer = Arc::new(
+        consumer(&backend, broker.transport())
+            .concurrency(1)
+            .build()
+            .unwrap(),
+    );
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::new(Script::default()));
+    eventually(Duration::from_secs(10), "the first is applied", || async {
+        consumer.stats().applied() == 1
+    })
+    .await;
+    broker.send(r#"{"key":"pay-1","cents":999}"#).await;
+    eventually(
+        Duration::from_secs(10),
+        "the second is quarantined",
+        || async { consumer.stats().quarantined() == 1 },
+    )
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(backend.effects("pay-1").await, 1);
+    assert_eq!(
+        broker.dead_letters().await,
+        [(
+            r#"{"key":"pay-1","cents":999}"#.to_owned(),
+            "PayloadMismatch".to_owned()
+        )]
+    );
+}
+
+async fn soak_10000_messages_through_crashes_and_duplicates_make_10000_effects<B: Backend>(
+    backend: B,
+) {
+    const MESSAGES: usize = 10_000;
+    let broker = Broker::start(1, 1_000).await;
+    let bodies: Vec<String> = (0..MESSAGES)
+        .map(|index| body(&format!("s{index}")))
+        .collect();
+    broker.send_batch(&bodies).await;
+    let faults = Arc::new(Faults::new());
+    faults
+        .crash_randomly(CrashPoint::BeforeCommit, 0.01)
+        .crash_randomly(CrashPoint::AfterCommitBeforeAck, 0.01)
+        .crash_randomly(CrashPoint::DuringHandler, 0.01);
+    let transport = DuplicatingTransport::new(broker.transport(), 0.05);
+    let consumer = Arc::new(
+        consumer(&backend, transport)
+            .concurrency(16)
+            .retry(RetryPolicy::exponential(
+                1_000,
+                Duration::ZERO,
+                Duration::ZERO,
+            ))
+            .faults(Arc::clone(&faults))
+            .build()
+            .unwrap(),
+    );
+    let script = Arc::new(Script::default());
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
+    eventually(
+        Duration::from_secs(240),
+        "every message is done",
+        || async { drained(&broker).await },
+    )
+    .await;
+    stop(shutdown, task).await;
+    assert!(
+        faults.crashes() > 0 && consumer.stats().duplicates() > 0,
+        "faults were injected"
+    );
+    assert_eq!(
+        backend.total_effects().await,
+        MESSAGES as i64,
+        "exactly one effect per message"
+    );
+    assert_eq!(backend.distinct_effects().await, MESSAGES as i64);
+}
+
+macro_rules! consumer_suite {
+    ($backend:ty; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                if let Some(backend) = <$backend as Backend>::start().await {
+                    super::$case::<$backend>(backend).await;
+                }
+            }
+        )*
+    };
+}
+
+macro_rules! every_case {
+    ($backend:ty) => {
+        consumer_suite!($backend;
+            worker_crash_after_commit_before_ack_is_a_duplicate_no_op,
+            worker_crash_before_commit_applies_the_effect_once,
+            visibility_too_short_a_concurrent_duplicate_does_not_double_commit,
+            duplicate_delivery_has_one_business_effect,
+            schema_incompatible_message_goes_to_the_dead_letter_queue_with_its_reason,
+            dependency_down_retries_are_bounded_backed_off_and_visible,
+            batch_partial_failure_does_not_redo_the_others,
+            redrive_of_already_applied_messages_is_skipped,
+            a_heartbeat_keeps_a_long_handler_s_lease,
+            shutdown_gives_back_what_it_could_not_finish,
+            an_inbox_ttl_shorter_than_the_redelivery_horizon_is_refused,
+            the_same_key_with_another_payload_is_quarantined,
+            soak_10000_messages_through_crashes_and_duplicates_make_10000_effects,
+        );
+    };
+}
+
+mod sqlite {
+    use super::support::{Backend, SqliteBackend};
+    every_case!(SqliteBackend);
+}
+
+mod postgres {
+    use super::support::{Backend, PostgresBackend};
+    every_case!(PostgresBackend);
+}
