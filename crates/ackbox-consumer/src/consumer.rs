@@ -496,6 +496,7 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
             failure_reason = field::Empty,
         );
         async {
+            let started = std::time::Instant::now();
             let lease_lost = Arc::new(AtomicBool::new(false));
             let heartbeat = (self.heartbeat && !lease.is_zero())
                 .then(|| self.spawn_heartbeat(delivery.clone(), lease, Arc::clone(&lease_lost)));
@@ -506,11 +507,34 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
                 heartbeat.abort();
             }
             self.stats.count(decision);
+            self.measure(decision, started.elapsed());
             tracing::Span::current().record("decision", decision.as_str());
             tracing::info!(decision = decision.as_str(), "message handled");
         }
         .instrument(span)
         .await;
+    }
+
+    fn measure(&self, decision: Decision, elapsed: Duration) {
+        let consumer = self.name.clone();
+        match decision {
+            Decision::Applied => {
+                metrics::counter!("consumer_success_total", "consumer" => consumer.clone())
+                    .increment(1);
+            }
+            Decision::Duplicate => {
+                metrics::counter!("consumer_duplicate_total", "consumer" => consumer.clone())
+                    .increment(1);
+            }
+            // Counted with their reason where they are decided.
+            Decision::Failed | Decision::Quarantined | Decision::Crashed => {}
+        }
+        metrics::histogram!(
+            "consumer_processing_seconds",
+            "consumer" => consumer,
+            "decision" => decision.as_str()
+        )
+        .record(elapsed.as_secs_f64());
     }
 
     fn spawn_heartbeat(
@@ -526,6 +550,11 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
                 match shared.transport.extend(&delivery, lease).await {
                     Ok(()) => {
                         shared.stats.extensions.fetch_add(1, Ordering::Relaxed);
+                        metrics::counter!(
+                            "consumer_visibility_extension_total",
+                            "consumer" => shared.name.clone()
+                        )
+                        .increment(1);
                     }
                     Err(error) => {
                         // Someone else may hold the message now: the outcome
@@ -636,6 +665,12 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
             "failure_reason",
             format!("{}: {}", failure.class, failure.message),
         );
+        metrics::counter!(
+            "consumer_failure_total",
+            "consumer" => self.name.clone(),
+            "reason" => failure.class.clone()
+        )
+        .increment(1);
         let attempt = delivery.message.receive_count;
         let exhausted = attempt >= self.retry.max_attempts;
         if matches!(error, HandlerError::Permanent { .. }) || exhausted {

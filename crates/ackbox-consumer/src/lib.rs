@@ -64,8 +64,8 @@
 //! The inbox TTL defaults to the queue's redelivery horizon (maxReceiveCount
 //! × VisibilityTimeout + MessageRetentionPeriod + the dead-letter queue's
 //! retention) plus an hour; a shorter configured TTL is refused at start.
-//! [`testing`] has a fault kit to exercise handlers under crashes and
-//! duplicates.
+//! [`testing`] has a fault kit to exercise handlers under crashes,
+//! duplicates and reordering.
 
 mod consumer;
 mod error;

@@ -5,7 +5,8 @@
 //! [`Faults`] makes the consumer stop dead at a chosen point, as if the
 //! process had crashed there: no commit, no acknowledgement, no release; the
 //! broker delivers the message again when its lease ends. Combine it with
-//! [`DuplicatingTransport`], which delivers some messages twice.
+//! [`UnreliableTransport`], which delivers some messages twice and batches
+//! out of order.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -96,23 +97,54 @@ impl Faults {
     }
 }
 
-/// Wraps a transport and delivers a share of its messages twice in the same
-/// receive (as a broker may), with the same token.
+/// Wraps a transport and makes it misbehave the way brokers legitimately
+/// do: deliver a share of the messages twice in one receive (same token),
+/// hand batches over out of order, and lose leases (every extension fails).
+/// It counts acknowledgements, so a test can tell that none was sent twice.
 #[derive(Debug)]
-pub struct DuplicatingTransport<T> {
+pub struct UnreliableTransport<T> {
     inner: T,
-    probability: f64,
+    duplicate_probability: f64,
+    reorder: bool,
+    lose_leases: bool,
     duplicated: AtomicU64,
+    acks: AtomicU64,
 }
 
-impl<T> DuplicatingTransport<T> {
-    /// Duplicates each delivery of `inner` with `probability`.
-    pub fn new(inner: T, probability: f64) -> Self {
+impl<T> UnreliableTransport<T> {
+    /// `inner`, behaving well until told otherwise.
+    pub fn new(inner: T) -> Self {
         Self {
             inner,
-            probability,
+            duplicate_probability: 0.0,
+            reorder: false,
+            lose_leases: false,
             duplicated: AtomicU64::new(0),
+            acks: AtomicU64::new(0),
         }
+    }
+
+    /// Fails every lease extension, as when another consumer took the message.
+    pub fn losing_leases(mut self) -> Self {
+        self.lose_leases = true;
+        self
+    }
+
+    /// Acknowledgements sent through this transport.
+    pub fn acks(&self) -> u64 {
+        self.acks.load(Ordering::Relaxed)
+    }
+
+    /// Delivers each message a second time with `probability`.
+    pub fn duplicating(mut self, probability: f64) -> Self {
+        self.duplicate_probability = probability;
+        self
+    }
+
+    /// Hands every batch over in reverse order.
+    pub fn reordering(mut self) -> Self {
+        self.reorder = true;
+        self
     }
 
     /// How many duplicates were injected.
@@ -122,25 +154,37 @@ impl<T> DuplicatingTransport<T> {
 }
 
 #[async_trait]
-impl<T: Transport> Transport for DuplicatingTransport<T> {
+impl<T: Transport> Transport for UnreliableTransport<T> {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, TransportError> {
         let deliveries = self.inner.receive(max, wait).await?;
         let mut out = Vec::with_capacity(deliveries.len() * 2);
         for delivery in deliveries {
-            if rand::rng().random_bool(self.probability) {
+            if self.duplicate_probability > 0.0
+                && rand::rng().random_bool(self.duplicate_probability)
+            {
                 self.duplicated.fetch_add(1, Ordering::Relaxed);
                 out.push(delivery.clone());
             }
             out.push(delivery);
         }
+        if self.reorder {
+            out.reverse();
+        }
         Ok(out)
     }
 
     async fn ack(&self, delivery: &Delivery) -> Result<(), TransportError> {
+        self.acks.fetch_add(1, Ordering::Relaxed);
         self.inner.ack(delivery).await
     }
 
     async fn extend(&self, delivery: &Delivery, lease: Duration) -> Result<(), TransportError> {
+        if self.lose_leases {
+            return Err(TransportError::new(
+                "extend",
+                "the lease was lost (simulated)",
+            ));
+        }
         self.inner.extend(delivery, lease).await
     }
 

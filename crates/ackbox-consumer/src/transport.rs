@@ -50,3 +50,45 @@ pub trait Transport: Send + Sync + 'static {
     /// The queue's lease and redelivery horizon.
     async fn settings(&self) -> Result<QueueSettings, TransportError>;
 }
+
+/// A shared transport, so a caller can keep a handle on it (to read a test
+/// transport's counters, say) while a consumer owns it.
+#[async_trait]
+impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {
+    async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, TransportError> {
+        (**self).receive(max, wait).await
+    }
+
+    async fn ack(&self, delivery: &Delivery) -> Result<(), TransportError> {
+        (**self).ack(delivery).await
+    }
+
+    async fn extend(&self, delivery: &Delivery, lease: Duration) -> Result<(), TransportError> {
+        (**self).extend(delivery, lease).await
+    }
+
+    async fn retry(
+        &self,
+        delivery: &Delivery,
+        delay: Duration,
+        failure: &Failure,
+    ) -> Result<(), TransportError> {
+        (**self).retry(delivery, delay, failure).await
+    }
+
+    async fn dead_letter(
+        &self,
+        delivery: &Delivery,
+        failure: &Failure,
+    ) -> Result<(), TransportError> {
+        (**self).dead_letter(delivery, failure).await
+    }
+
+    async fn release(&self, delivery: &Delivery) -> Result<(), TransportError> {
+        (**self).release(delivery).await
+    }
+
+    async fn settings(&self) -> Result<QueueSettings, TransportError> {
+        (**self).settings().await
+    }
+}

@@ -8,9 +8,10 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ackbox_consumer::testing::{CrashPoint, DuplicatingTransport, Faults};
+use ackbox_consumer::testing::{CrashPoint, Faults, UnreliableTransport};
 use ackbox_consumer::{
-    CancellationToken, Consumer, ConsumerError, RetryBudget, RetryPolicy, Transport,
+    CancellationToken, Claim, ClaimRequest, Consumer, ConsumerError, Inbox, RetryBudget,
+    RetryPolicy, Transport,
 };
 use support::{Backend, Broker, Ledger, Script, body, business_key, eventually};
 use tokio::task::JoinHandle;
@@ -157,7 +158,9 @@ async fn duplicate_delivery_has_one_business_effect<B: Backend>(backend: B) {
     // The producer sent it twice, and the broker delivers each copy twice.
     broker.send(&body("order-7")).await;
     broker.send(&body("order-7")).await;
-    let transport = DuplicatingTransport::new(broker.transport(), 1.0);
+    let transport = UnreliableTransport::new(broker.transport())
+        .duplicating(1.0)
+        .reordering();
     let consumer = Arc::new(consumer(&backend, transport).build().unwrap());
     let script = Arc::new(Script::default());
     let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
@@ -475,7 +478,9 @@ async fn soak_10000_messages_through_crashes_and_duplicates_make_10000_effects<B
         .crash_randomly(CrashPoint::BeforeCommit, 0.01)
         .crash_randomly(CrashPoint::AfterCommitBeforeAck, 0.01)
         .crash_randomly(CrashPoint::DuringHandler, 0.01);
-    let transport = DuplicatingTransport::new(broker.transport(), 0.05);
+    let transport = UnreliableTransport::new(broker.transport())
+        .duplicating(0.05)
+        .reordering();
     let consumer = Arc::new(
         consumer(&backend, transport)
             .concurrency(16)
@@ -509,6 +514,105 @@ async fn soak_10000_messages_through_crashes_and_duplicates_make_10000_effects<B
     assert_eq!(backend.distinct_effects().await, MESSAGES as i64);
 }
 
+async fn without_ackbox_extensions_failures_use_plain_sqs_calls<B: Backend>(backend: B) {
+    let broker = Broker::start(5, 10).await;
+    broker.send("poison").await;
+    broker.send(&body("flaky")).await;
+    let script = Arc::new(Script::default());
+    script
+        .transient_failures
+        .lock()
+        .unwrap()
+        .insert("flaky".into(), 1);
+    let consumer = Arc::new(consumer(&backend, broker.aws_transport()).build().unwrap());
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
+    eventually(Duration::from_secs(10), "both are decided", || async {
+        consumer.stats().applied() == 1
+            && consumer.stats().quarantined() == 1
+            && drained(&broker).await
+    })
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(
+        script.calls("flaky"),
+        2,
+        "retried through the visibility timeout"
+    );
+    assert_eq!(backend.effects("flaky").await, 1);
+    assert_eq!(
+        broker.dead_letter_copies().await,
+        [("poison".to_owned(), "Deserialize".to_owned())],
+        "copied to the dead-letter queue with its reason, then deleted"
+    );
+}
+
+async fn a_lost_lease_is_never_acknowledged_twice<B: Backend>(backend: B) {
+    let broker = Broker::start(1, 10).await;
+    broker.send(&body("contested")).await;
+    let script = Arc::new(Script::default());
+    *script.delay.lock().unwrap() = Duration::from_millis(2_500);
+    // Every extension fails: the first delivery's lease runs out while its
+    // handler works, and the message is delivered again meanwhile.
+    let transport = Arc::new(UnreliableTransport::new(broker.transport()).losing_leases());
+    let consumer = Arc::new(
+        consumer(&backend, Arc::clone(&transport))
+            .concurrency(4)
+            .build()
+            .unwrap(),
+    );
+    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
+    eventually(
+        Duration::from_secs(20),
+        "a redelivery is acknowledged",
+        || async { consumer.stats().applied() == 1 && drained(&broker).await },
+    )
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(backend.effects("contested").await, 1);
+    assert!(consumer.stats().duplicates() >= 1);
+    assert_eq!(
+        transport.acks(),
+        1,
+        "the delivery whose lease was lost is not acknowledged; the duplicate is"
+    );
+}
+
+async fn expired_inbox_records_are_purged<B: Backend>(backend: B) {
+    let inbox = backend.inbox();
+    inbox.migrate().await.unwrap();
+    let claim = |expires_at_ms| ClaimRequest {
+        consumer: "ledger",
+        effect_key: "old",
+        fingerprint: "f",
+        message_id: "m",
+        now_ms: 1,
+        expires_at_ms,
+    };
+    let mut transaction = inbox.begin().await.unwrap();
+    assert_eq!(
+        inbox.claim(&mut transaction, claim(1_000)).await.unwrap(),
+        Claim::Fresh
+    );
+    transaction.commit().await.unwrap();
+    let mut transaction = inbox.begin().await.unwrap();
+    assert_eq!(
+        inbox.claim(&mut transaction, claim(1_000)).await.unwrap(),
+        Claim::Duplicate
+    );
+    drop(transaction);
+    assert_eq!(
+        inbox.purge_expired(999).await.unwrap(),
+        0,
+        "not expired yet"
+    );
+    assert_eq!(inbox.purge_expired(1_000).await.unwrap(), 1);
+    let mut transaction = inbox.begin().await.unwrap();
+    assert_eq!(
+        inbox.claim(&mut transaction, claim(5_000)).await.unwrap(),
+        Claim::Fresh
+    );
+}
+
 macro_rules! consumer_suite {
     ($backend:ty; $($case:ident),* $(,)?) => {
         $(
@@ -538,6 +642,9 @@ macro_rules! every_case {
             an_inbox_ttl_shorter_than_the_redelivery_horizon_is_refused,
             the_same_key_with_another_payload_is_quarantined,
             soak_10000_messages_through_crashes_and_duplicates_make_10000_effects,
+            without_ackbox_extensions_failures_use_plain_sqs_calls,
+            a_lost_lease_is_never_acknowledged_twice,
+            expired_inbox_records_are_purged,
         );
     };
 }

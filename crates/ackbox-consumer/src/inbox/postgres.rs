@@ -28,10 +28,16 @@ impl Inbox for PgInbox {
     type Database = Postgres;
 
     async fn migrate(&self) -> Result<(), sqlx::Error> {
+        // Concurrent CREATE TABLE IF NOT EXISTS can collide in the catalog;
+        // consumers starting together take turns.
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('ackbox_inbox'))")
+            .execute(&mut *transaction)
+            .await?;
         sqlx::raw_sql(include_str!("../../migrations/postgres/0001_inbox.sql"))
-            .execute(&self.pool)
-            .await
-            .map(drop)
+            .execute(&mut *transaction)
+            .await?;
+        transaction.commit().await
     }
 
     async fn begin(&self) -> Result<Transaction<'static, Postgres>, sqlx::Error> {

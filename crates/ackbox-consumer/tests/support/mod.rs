@@ -58,6 +58,11 @@ impl Broker {
         SqsTransport::new(self.client.clone(), &self.url).with_ackbox_extensions(&self.server.url())
     }
 
+    /// The transport as it would run against AWS: plain SQS calls only.
+    pub fn aws_transport(&self) -> SqsTransport {
+        SqsTransport::new(self.client.clone(), &self.url)
+    }
+
     pub async fn send(&self, body: &str) -> String {
         self.client
             .send_message()
@@ -104,6 +109,34 @@ impl Broker {
             count(QueueAttributeName::ApproximateNumberOfMessages),
             count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
         )
+    }
+
+    /// The dead-letter queue's messages with the failure class a copy
+    /// carries as a message attribute (plain SQS dead-lettering).
+    pub async fn dead_letter_copies(&self) -> Vec<(String, String)> {
+        let output = self
+            .client
+            .receive_message()
+            .queue_url(&self.dlq_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap();
+        output
+            .messages()
+            .iter()
+            .map(|message| {
+                let class = message
+                    .message_attributes()
+                    .and_then(|attributes| attributes.get("ackbox.failure.class"))
+                    .and_then(|value| value.string_value())
+                    .unwrap_or_default()
+                    .to_owned();
+                (message.body().unwrap_or_default().to_owned(), class)
+            })
+            .collect()
     }
 
     /// The dead-letter queue's messages with their failure classes.
