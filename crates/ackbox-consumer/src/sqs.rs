@@ -17,7 +17,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
-use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
+use aws_sdk_sqs::types::{
+    DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
+    QueueAttributeName,
+};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HttpClient;
@@ -188,6 +191,66 @@ impl Transport for SqsTransport {
             .await
             .map(drop)
             .map_err(|error| TransportError::new("DeleteMessage", describe(&error)))
+    }
+
+    async fn ack_batch(&self, deliveries: &[Delivery]) -> Vec<Result<(), TransportError>> {
+        if deliveries.len() < 2 {
+            let mut results = Vec::with_capacity(deliveries.len());
+            for delivery in deliveries {
+                results.push(self.ack(delivery).await);
+            }
+            return results;
+        }
+        let mut request = self
+            .client
+            .delete_message_batch()
+            .queue_url(&self.queue_url);
+        for (index, delivery) in deliveries.iter().enumerate() {
+            match DeleteMessageBatchRequestEntry::builder()
+                .id(index.to_string())
+                .receipt_handle(&delivery.token)
+                .build()
+            {
+                Ok(entry) => request = request.entries(entry),
+                Err(error) => {
+                    return deliveries
+                        .iter()
+                        .map(|_| Err(TransportError::new("DeleteMessageBatch", &error)))
+                        .collect();
+                }
+            }
+        }
+        match request.send().await {
+            Ok(output) => {
+                let mut results: Vec<Result<(), TransportError>> =
+                    deliveries.iter().map(|_| Ok(())).collect();
+                for failed in output.failed() {
+                    if let Some(slot) = failed
+                        .id()
+                        .parse::<usize>()
+                        .ok()
+                        .and_then(|index| results.get_mut(index))
+                    {
+                        *slot = Err(TransportError::new(
+                            "DeleteMessageBatch",
+                            format!(
+                                "{}: {}",
+                                failed.code(),
+                                failed.message().unwrap_or_default()
+                            ),
+                        ));
+                    }
+                }
+                results
+            }
+            Err(error) => {
+                let detail = describe(&error);
+                deliveries
+                    .iter()
+                    .map(|_| Err(TransportError::new("DeleteMessageBatch", &detail)))
+                    .collect()
+            }
+        }
     }
 
     async fn extend(&self, delivery: &Delivery, lease: Duration) -> Result<(), TransportError> {

@@ -30,6 +30,15 @@ pub trait Transport: Send + Sync + 'static {
     async fn receive(&self, max: usize, wait: Duration) -> Result<Vec<Delivery>, TransportError>;
     /// The message is done: remove it.
     async fn ack(&self, delivery: &Delivery) -> Result<(), TransportError>;
+    /// Several messages are done; one result per delivery, in order. The
+    /// default acknowledges them one by one; brokers with a batch call use it.
+    async fn ack_batch(&self, deliveries: &[Delivery]) -> Vec<Result<(), TransportError>> {
+        let mut results = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            results.push(self.ack(delivery).await);
+        }
+        results
+    }
     /// Keep the lease for `lease` more from now.
     async fn extend(&self, delivery: &Delivery, lease: Duration) -> Result<(), TransportError>;
     /// Give the message back to be delivered again after `delay`.
@@ -61,6 +70,10 @@ impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {
 
     async fn ack(&self, delivery: &Delivery) -> Result<(), TransportError> {
         (**self).ack(delivery).await
+    }
+
+    async fn ack_batch(&self, deliveries: &[Delivery]) -> Vec<Result<(), TransportError>> {
+        (**self).ack_batch(deliveries).await
     }
 
     async fn extend(&self, delivery: &Delivery, lease: Duration) -> Result<(), TransportError> {

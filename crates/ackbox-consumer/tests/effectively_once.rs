@@ -409,6 +409,7 @@ async fn shutdown_gives_back_what_it_could_not_finish<B: Backend>(backend: B) {
         0,
         "the cut-off transaction rolled back"
     );
+    assert_eq!(consumer.stats().released(), 1);
 }
 
 async fn an_inbox_ttl_shorter_than_the_redelivery_horizon_is_refused<B: Backend>(backend: B) {
