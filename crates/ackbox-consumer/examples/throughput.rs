@@ -57,6 +57,16 @@ impl Inbox for NoClaim {
         Ok(Claim::Fresh)
     }
 
+    async fn store_result(
+        &self,
+        _: &mut Transaction<'static, Postgres>,
+        _: &str,
+        _: &str,
+        _: &str,
+    ) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
     async fn purge_expired(&self, _: i64) -> Result<u64, sqlx::Error> {
         Ok(0)
     }

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, field};
 
 use crate::error::{ConsumerError, Failure, HandlerError};
-use crate::handler::Handler;
+use crate::handler::{Handler, Plain, ResultHandler};
 use crate::inbox::{Claim, ClaimRequest, Inbox};
 use crate::message::{Delivery, Message};
 use crate::retry::{RetryBudget, RetryPolicy};
@@ -377,6 +377,16 @@ impl<T: Transport, I: Inbox> Consumer<T, I> {
         handler: H,
         shutdown: CancellationToken,
     ) -> Result<(), ConsumerError> {
+        self.run_with_results(Plain(handler), shutdown).await
+    }
+
+    /// [`Consumer::run`] for a handler whose results are stored with the
+    /// inbox record and handed back to it when a duplicate arrives.
+    pub async fn run_with_results<H: ResultHandler<I::Database>>(
+        &self,
+        handler: H,
+        shutdown: CancellationToken,
+    ) -> Result<(), ConsumerError> {
         let settings = self.inner.transport.settings().await?;
         let ttl = self.inbox_ttl(&settings)?;
         self.inner.inbox.migrate().await?;
@@ -571,7 +581,7 @@ impl<T: Transport, I: Inbox> Consumer<T, I> {
 }
 
 impl<T: Transport, I: Inbox> Shared<T, I> {
-    async fn process<H: Handler<I::Database>>(
+    async fn process<H: ResultHandler<I::Database>>(
         self: &Arc<Self>,
         handler: &H,
         delivery: &Delivery,
@@ -674,7 +684,7 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
             .is_some_and(|faults| faults.fires(point, &message.id))
     }
 
-    async fn decide<H: Handler<I::Database>>(
+    async fn decide<H: ResultHandler<I::Database>>(
         &self,
         handler: &H,
         delivery: &Delivery,
@@ -708,8 +718,11 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
                 roll_back(transaction).await;
                 self.failed(delivery, HandlerError::from(error)).await
             }
-            Ok(Claim::Duplicate) => {
+            Ok(Claim::Duplicate { result }) => {
                 roll_back(transaction).await;
+                if let Err(error) = handler.replay(message, result).await {
+                    return self.failed(delivery, error).await;
+                }
                 self.acknowledge(delivery, lease_lost, context);
                 Decision::Duplicate
             }
@@ -732,7 +745,7 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
                     handled = handler.handle(message, &mut transaction) => Some(handled),
                     () = context.cut_off.cancelled() => None,
                 };
-                match handled {
+                let result = match handled {
                     None => {
                         roll_back(transaction).await;
                         self.give_back(delivery).await;
@@ -742,7 +755,17 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
                         roll_back(transaction).await;
                         return self.failed(delivery, error).await;
                     }
-                    Some(Ok(())) => {}
+                    Some(Ok(result)) => result,
+                };
+                if let Some(result) = result {
+                    let stored = self
+                        .inbox
+                        .store_result(&mut transaction, &self.name, effect_key, &result)
+                        .await;
+                    if let Err(error) = stored {
+                        roll_back(transaction).await;
+                        return self.failed(delivery, HandlerError::from(error)).await;
+                    }
                 }
                 if self.crashes_at(CrashPoint::BeforeCommit, message) {
                     roll_back(transaction).await;

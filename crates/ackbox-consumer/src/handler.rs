@@ -21,3 +21,40 @@ pub trait Handler<DB: Database>: Send + Sync + 'static {
         transaction: &mut Transaction<'static, DB>,
     ) -> Result<(), HandlerError>;
 }
+
+/// A handler whose effect has a result worth handing back when the same
+/// message arrives again (a payment reference, a created id): `handle`
+/// returns it, the consumer stores it with the inbox record in the same
+/// transaction, and a duplicate gets it in `replay` instead of a second
+/// effect. Run it with [`Consumer::run_with_results`](crate::Consumer::run_with_results).
+#[async_trait]
+pub trait ResultHandler<DB: Database>: Send + Sync + 'static {
+    /// Applies the effect; `Ok(Some(result))` stores `result` with the record.
+    async fn handle(
+        &self,
+        message: &Message,
+        transaction: &mut Transaction<'static, DB>,
+    ) -> Result<Option<String>, HandlerError>;
+
+    /// The effect was applied before; `stored` is what the first run
+    /// returned. The message is acknowledged once this returns `Ok`.
+    async fn replay(&self, message: &Message, stored: Option<String>) -> Result<(), HandlerError>;
+}
+
+/// A [`Handler`] as a [`ResultHandler`] that stores nothing.
+pub(crate) struct Plain<H>(pub(crate) H);
+
+#[async_trait]
+impl<DB: Database, H: Handler<DB>> ResultHandler<DB> for Plain<H> {
+    async fn handle(
+        &self,
+        message: &Message,
+        transaction: &mut Transaction<'static, DB>,
+    ) -> Result<Option<String>, HandlerError> {
+        self.0.handle(message, transaction).await.map(|()| None)
+    }
+
+    async fn replay(&self, _: &Message, _: Option<String>) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}

@@ -80,7 +80,7 @@ mod transport;
 pub use async_trait::async_trait;
 pub use consumer::{Consumer, ConsumerBuilder, ConsumerStats, Decision, EffectKey};
 pub use error::{ConsumerError, Failure, HandlerError, TransportError};
-pub use handler::Handler;
+pub use handler::{Handler, ResultHandler};
 pub use inbox::{Claim, ClaimRequest, Inbox, PgInbox, SqliteInbox};
 pub use message::{Delivery, Message};
 pub use retry::{RetryBudget, RetryPolicy};

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use ackbox_consumer::testing::{CrashPoint, Faults, UnreliableTransport};
 use ackbox_consumer::{
-    CancellationToken, Claim, ClaimRequest, Consumer, ConsumerError, Inbox, RetryBudget,
-    RetryPolicy, Transport,
+    CancellationToken, Claim, ClaimRequest, Consumer, ConsumerError, Inbox, ResultHandler,
+    RetryBudget, RetryPolicy, Transport,
 };
 use support::{Backend, Broker, Ledger, Script, body, business_key, eventually};
 use tokio::task::JoinHandle;
@@ -598,7 +598,7 @@ async fn expired_inbox_records_are_purged<B: Backend>(backend: B) {
     let mut transaction = inbox.begin().await.unwrap();
     assert_eq!(
         inbox.claim(&mut transaction, claim(1_000)).await.unwrap(),
-        Claim::Duplicate
+        Claim::Duplicate { result: None }
     );
     drop(transaction);
     assert_eq!(
@@ -611,6 +611,69 @@ async fn expired_inbox_records_are_purged<B: Backend>(backend: B) {
     assert_eq!(
         inbox.claim(&mut transaction, claim(5_000)).await.unwrap(),
         Claim::Fresh
+    );
+}
+
+/// Records the effect and returns a receipt; remembers what replays got.
+struct Receipts<B> {
+    replays: Arc<std::sync::Mutex<Vec<Option<String>>>>,
+    backend: std::marker::PhantomData<fn() -> B>,
+}
+
+#[ackbox_consumer::async_trait]
+impl<B: Backend> ResultHandler<B::Db> for Receipts<B> {
+    async fn handle(
+        &self,
+        message: &ackbox_consumer::Message,
+        transaction: &mut sqlx::Transaction<'static, B::Db>,
+    ) -> Result<Option<String>, ackbox_consumer::HandlerError> {
+        let body: support::Body = message.json()?;
+        B::record(transaction, &body.key).await?;
+        Ok(Some(format!("receipt-{}", body.key)))
+    }
+
+    async fn replay(
+        &self,
+        _: &ackbox_consumer::Message,
+        stored: Option<String>,
+    ) -> Result<(), ackbox_consumer::HandlerError> {
+        self.replays.lock().unwrap().push(stored);
+        Ok(())
+    }
+}
+
+async fn a_duplicate_gets_the_result_the_first_run_stored<B: Backend>(backend: B) {
+    let broker = Broker::start(1, 10).await;
+    let id = broker.send(&body("charge-9")).await;
+    let faults = Arc::new(Faults::new());
+    faults.crash_once(CrashPoint::AfterCommitBeforeAck, &id);
+    let consumer = Arc::new(
+        consumer(&backend, broker.transport())
+            .faults(faults)
+            .build()
+            .unwrap(),
+    );
+    let replays = Arc::default();
+    let handler = Receipts::<B> {
+        replays: Arc::clone(&replays),
+        backend: std::marker::PhantomData,
+    };
+    let shutdown = CancellationToken::new();
+    let task = {
+        let (consumer, shutdown) = (Arc::clone(&consumer), shutdown.clone());
+        tokio::spawn(async move { consumer.run_with_results(handler, shutdown).await })
+    };
+    eventually(
+        Duration::from_secs(10),
+        "the redelivery is replayed",
+        || async { consumer.stats().duplicates() == 1 && drained(&broker).await },
+    )
+    .await;
+    stop(shutdown, task).await;
+    assert_eq!(backend.effects("charge-9").await, 1);
+    assert_eq!(
+        *replays.lock().unwrap(),
+        [Some("receipt-charge-9".to_owned())]
     );
 }
 
@@ -646,6 +709,7 @@ macro_rules! every_case {
             without_ackbox_extensions_failures_use_plain_sqs_calls,
             a_lost_lease_is_never_acknowledged_twice,
             expired_inbox_records_are_purged,
+            a_duplicate_gets_the_result_the_first_run_stored,
         );
     };
 }

@@ -7,6 +7,7 @@ CREATE TABLE IF NOT EXISTS ackbox_inbox (
     message_id   TEXT   NOT NULL,
     processed_at INTEGER NOT NULL,   -- epoch ms
     expires_at   INTEGER NOT NULL,   -- epoch ms; past the queue's redelivery horizon
+    result       TEXT,              -- what the handler asked to return on replays
     PRIMARY KEY (consumer, effect_key)
 );
 CREATE INDEX IF NOT EXISTS ackbox_inbox_by_expiry ON ackbox_inbox (expires_at);

@@ -17,12 +17,15 @@ pub use postgres::PgInbox;
 pub use sqlite::SqliteInbox;
 
 /// What a claim found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
     /// First time: apply the effect in this transaction.
     Fresh,
     /// Already applied (and committed): do nothing, acknowledge.
-    Duplicate,
+    Duplicate {
+        /// What the first run stored with the record, if anything.
+        result: Option<String>,
+    },
     /// The key was applied with a different payload: a producer bug that no
     /// retry fixes.
     PayloadMismatch,
@@ -64,17 +67,29 @@ pub trait Inbox: Send + Sync + 'static {
         request: ClaimRequest<'_>,
     ) -> Result<Claim, sqlx::Error>;
 
+    /// Stores a result with a claim made in `transaction`, to be handed to
+    /// the handler again when a duplicate arrives.
+    async fn store_result(
+        &self,
+        transaction: &mut Transaction<'static, Self::Database>,
+        consumer: &str,
+        effect_key: &str,
+        result: &str,
+    ) -> Result<(), sqlx::Error>;
+
     /// Forgets records that expired at or before `now_ms`; returns how many.
     async fn purge_expired(&self, now_ms: i64) -> Result<u64, sqlx::Error>;
 }
 
 /// Judges a conflicting claim by the stored fingerprint.
-pub(crate) fn judge(stored_fingerprint: Option<String>, request: &ClaimRequest<'_>) -> Claim {
-    match stored_fingerprint {
-        Some(stored) if stored == request.fingerprint => Claim::Duplicate,
+pub(crate) fn judge(stored: Option<(String, Option<String>)>, request: &ClaimRequest<'_>) -> Claim {
+    match stored {
+        Some((fingerprint, result)) if fingerprint == request.fingerprint => {
+            Claim::Duplicate { result }
+        }
         Some(_) => Claim::PayloadMismatch,
         // The row vanished between the insert and the look (purged): the
         // effect was applied long ago; treat it as done.
-        None => Claim::Duplicate,
+        None => Claim::Duplicate { result: None },
     }
 }

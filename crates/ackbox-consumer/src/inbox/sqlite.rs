@@ -64,14 +64,30 @@ impl Inbox for SqliteInbox {
         if inserted == 1 {
             return Ok(Claim::Fresh);
         }
-        let stored: Option<String> = sqlx::query_scalar(
-            "SELECT fingerprint FROM ackbox_inbox WHERE consumer = ?1 AND effect_key = ?2",
+        let stored: Option<(String, Option<String>)> = sqlx::query_as(
+            "SELECT fingerprint, result FROM ackbox_inbox WHERE consumer = ?1 AND effect_key = ?2",
         )
         .bind(request.consumer)
         .bind(request.effect_key)
         .fetch_optional(&mut **transaction)
         .await?;
         Ok(judge(stored, &request))
+    }
+
+    async fn store_result(
+        &self,
+        transaction: &mut Transaction<'static, Sqlite>,
+        consumer: &str,
+        effect_key: &str,
+        result: &str,
+    ) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE ackbox_inbox SET result = ?3 WHERE consumer = ?1 AND effect_key = ?2")
+            .bind(consumer)
+            .bind(effect_key)
+            .bind(result)
+            .execute(&mut **transaction)
+            .await
+            .map(drop)
     }
 
     async fn purge_expired(&self, now_ms: i64) -> Result<u64, sqlx::Error> {
