@@ -46,6 +46,9 @@ pub enum Decision {
     Crashed,
     /// The shutdown deadline cut the handler off: rolled back, given back.
     Released,
+    /// A replayed message for a handler that is not replay-safe: acknowledged
+    /// without running it.
+    Skipped,
 }
 
 impl Decision {
@@ -57,6 +60,7 @@ impl Decision {
             Self::Quarantined => "quarantined",
             Self::Crashed => "crashed",
             Self::Released => "released",
+            Self::Skipped => "skipped",
         }
     }
 }
@@ -70,6 +74,7 @@ pub struct ConsumerStats {
     quarantined: AtomicU64,
     crashed: AtomicU64,
     released: AtomicU64,
+    skipped: AtomicU64,
     extensions: AtomicU64,
 }
 
@@ -82,6 +87,7 @@ impl ConsumerStats {
             Decision::Quarantined => &self.quarantined,
             Decision::Crashed => &self.crashed,
             Decision::Released => &self.released,
+            Decision::Skipped => &self.skipped,
         };
         counter.fetch_add(1, Ordering::Relaxed);
     }
@@ -114,6 +120,11 @@ impl ConsumerStats {
     /// Messages given back when the shutdown deadline cut their handler off.
     pub fn released(&self) -> u64 {
         self.released.load(Ordering::Relaxed)
+    }
+
+    /// Replayed messages skipped because their handler is not replay-safe.
+    pub fn skipped(&self) -> u64 {
+        self.skipped.load(Ordering::Relaxed)
     }
 
     /// Lease extensions made by heartbeats.
@@ -350,7 +361,7 @@ impl Consumer<(), ()> {
     }
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |elapsed| {
@@ -635,6 +646,10 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
                     .increment(1);
             }
             // Counted with their reason where they are decided.
+            Decision::Skipped => {
+                metrics::counter!("consumer_skipped_total", "consumer" => consumer.clone())
+                    .increment(1);
+            }
             Decision::Failed | Decision::Quarantined | Decision::Crashed | Decision::Released => {}
         }
         metrics::histogram!(
@@ -693,6 +708,10 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
         lease_lost: &AtomicBool,
     ) -> Decision {
         let message = &delivery.message;
+        if message.is_replay() && !handler.replay_safe() {
+            self.acknowledge(delivery, lease_lost, context);
+            return Decision::Skipped;
+        }
         let fingerprint = hex::encode(Sha256::digest(message.body.as_bytes()));
         let now = now_ms();
         let mut transaction = match self.inbox.begin().await {

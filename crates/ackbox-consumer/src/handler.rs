@@ -20,6 +20,14 @@ pub trait Handler<DB: Database>: Send + Sync + 'static {
         message: &Message,
         transaction: &mut Transaction<'static, DB>,
     ) -> Result<(), HandlerError>;
+
+    /// Whether replayed messages (the `ackbox.replay` attribute) may run
+    /// this handler. Handlers with irreversible side effects (charging a
+    /// card, sending an email) must say no — the default; projections and
+    /// other pure database effects can say yes.
+    fn replay_safe(&self) -> bool {
+        false
+    }
 }
 
 /// A handler whose effect has a result worth handing back when the same
@@ -39,6 +47,11 @@ pub trait ResultHandler<DB: Database>: Send + Sync + 'static {
     /// The effect was applied before; `stored` is what the first run
     /// returned. The message is acknowledged once this returns `Ok`.
     async fn replay(&self, message: &Message, stored: Option<String>) -> Result<(), HandlerError>;
+
+    /// As [`Handler::replay_safe`].
+    fn replay_safe(&self) -> bool {
+        false
+    }
 }
 
 /// A [`Handler`] as a [`ResultHandler`] that stores nothing.
@@ -56,5 +69,9 @@ impl<DB: Database, H: Handler<DB>> ResultHandler<DB> for Plain<H> {
 
     async fn replay(&self, _: &Message, _: Option<String>) -> Result<(), HandlerError> {
         Ok(())
+    }
+
+    fn replay_safe(&self) -> bool {
+        self.0.replay_safe()
     }
 }

@@ -68,10 +68,13 @@
 //! duplicates and reordering.
 
 mod consumer;
+pub mod effects;
 mod error;
 mod handler;
 mod inbox;
 mod message;
+pub mod outbox;
+pub mod projection;
 mod retry;
 mod sqs;
 pub mod testing;
@@ -82,8 +85,8 @@ pub use consumer::{Consumer, ConsumerBuilder, ConsumerStats, Decision, EffectKey
 pub use error::{ConsumerError, Failure, HandlerError, TransportError};
 pub use handler::{Handler, ResultHandler};
 pub use inbox::{Claim, ClaimRequest, Inbox, PgInbox, SqliteInbox};
-pub use message::{Delivery, Message};
+pub use message::{Delivery, Message, REPLAY_ATTRIBUTE};
 pub use retry::{RetryBudget, RetryPolicy};
-pub use sqs::SqsTransport;
+pub use sqs::{SqsPublisher, SqsTransport};
 pub use tokio_util::sync::CancellationToken;
 pub use transport::{QueueSettings, Transport};

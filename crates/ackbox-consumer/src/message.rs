@@ -6,6 +6,10 @@ use serde::de::DeserializeOwned;
 
 use crate::error::HandlerError;
 
+/// The message attribute that marks a replayed message (set by replay and
+/// redrive tools): only replay-safe handlers run it.
+pub const REPLAY_ATTRIBUTE: &str = "ackbox.replay";
+
 /// One delivered message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
@@ -38,6 +42,12 @@ impl Message {
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
         serde_json::from_str(&self.body)
             .map_err(|error| HandlerError::permanent("Deserialize", error))
+    }
+
+    /// Whether the message is a replay ([`REPLAY_ATTRIBUTE`] is `true`).
+    pub fn is_replay(&self) -> bool {
+        self.attribute(REPLAY_ATTRIBUTE)
+            .is_some_and(|value| value.eq_ignore_ascii_case("true"))
     }
 
     /// A string message attribute.

@@ -19,7 +19,7 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
-    QueueAttributeName,
+    QueueAttributeName, SendMessageBatchRequestEntry,
 };
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -31,6 +31,7 @@ use tokio::sync::OnceCell;
 
 use crate::error::{Failure, TransportError};
 use crate::message::{Delivery, Message};
+use crate::outbox::{EVENT_ID_ATTRIBUTE, PendingEvent, Publisher};
 use crate::transport::{QueueSettings, Transport};
 
 /// Message attributes a dead-letter copy carries on AWS.
@@ -398,6 +399,108 @@ impl Transport for SqsTransport {
             redelivery_horizon: Duration::from_secs(horizon),
             horizon_explanation: explanation,
         })
+    }
+}
+
+/// Publishes outbox events with `SendMessageBatch`, ten at a time per queue.
+/// Every message carries its event id as the `ackbox.event_id` attribute; on
+/// a FIFO queue (URL ending `.fifo`) the event id is also the
+/// `MessageDeduplicationId`, and the group defaults to the event id.
+#[derive(Debug, Clone)]
+pub struct SqsPublisher {
+    client: Client,
+}
+
+impl SqsPublisher {
+    /// A publisher using `client`.
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+
+    fn entry(index: usize, pending: &PendingEvent) -> Result<SendMessageBatchRequestEntry, String> {
+        let event = &pending.event;
+        let mut entry = SendMessageBatchRequestEntry::builder()
+            .id(index.to_string())
+            .message_body(&event.body);
+        let attributes = event
+            .attributes
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .chain([(EVENT_ID_ATTRIBUTE, pending.event_id.as_str())]);
+        for (name, value) in attributes {
+            let value = MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(value)
+                .build()
+                .map_err(|error| error.to_string())?;
+            entry = entry.message_attributes(name, value);
+        }
+        if event.destination.ends_with(".fifo") {
+            entry = entry
+                .message_group_id(event.group_id.as_deref().unwrap_or(&pending.event_id))
+                .message_deduplication_id(&pending.event_id);
+        } else if let Some(group_id) = &event.group_id {
+            entry = entry.message_group_id(group_id);
+        }
+        entry.build().map_err(|error| error.to_string())
+    }
+}
+
+#[async_trait]
+impl Publisher for SqsPublisher {
+    async fn publish(&self, events: &[PendingEvent]) -> Vec<Result<(), String>> {
+        let mut results: Vec<Result<(), String>> = events.iter().map(|_| Ok(())).collect();
+        let mut by_destination: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (index, pending) in events.iter().enumerate() {
+            by_destination
+                .entry(pending.event.destination.as_str())
+                .or_default()
+                .push(index);
+        }
+        for (destination, indices) in by_destination {
+            for chunk in indices.chunks(10) {
+                let mut request = self.client.send_message_batch().queue_url(destination);
+                for &index in chunk {
+                    match Self::entry(index, &events[index]) {
+                        Ok(entry) => request = request.entries(entry),
+                        Err(error) => results[index] = Err(error),
+                    }
+                }
+                let sent: Vec<usize> = chunk
+                    .iter()
+                    .copied()
+                    .filter(|&index| results[index].is_ok())
+                    .collect();
+                if sent.is_empty() {
+                    continue;
+                }
+                match request.send().await {
+                    Ok(output) => {
+                        for failed in output.failed() {
+                            if let Some(index) = failed
+                                .id()
+                                .parse::<usize>()
+                                .ok()
+                                .filter(|index| sent.contains(index))
+                            {
+                                results[index] = Err(format!(
+                                    "{}: {}",
+                                    failed.code(),
+                                    failed.message().unwrap_or_default()
+                                ));
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        let detail = describe(&error);
+                        for index in sent {
+                            results[index] = Err(detail.clone());
+                        }
+                    }
+                }
+            }
+        }
+        results
     }
 }
 

@@ -29,6 +29,9 @@ pub enum CrashPoint {
     /// After the commit, before the acknowledgement: the effect is durable
     /// and the message comes back.
     AfterCommitBeforeAck,
+    /// An outbox relay published an event and died before marking it: the
+    /// event is published again.
+    AfterPublishBeforeMark,
 }
 
 /// Simulated crashes: a point fires for chosen message ids, or at random.

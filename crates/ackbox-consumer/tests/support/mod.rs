@@ -9,6 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ackbox_consumer::effects::{EffectStore, PgEffectStore, SqliteEffectStore};
+use ackbox_consumer::outbox::{Outbox, PgOutbox, SqliteOutbox};
+use ackbox_consumer::projection::VersionStore;
 use ackbox_consumer::{
     Handler, HandlerError, Inbox, Message, PgInbox, SqliteInbox, SqsTransport, async_trait,
 };
@@ -201,9 +204,13 @@ async fn attribute(client: &Client, url: &str, name: QueueAttributeName) -> Stri
 pub trait Backend: Send + Sync + Sized + 'static {
     type Db: Database;
     type Inbox: Inbox<Database = Self::Db> + Clone;
+    type Outbox: Outbox<Database = Self::Db> + Clone;
+    type Effects: EffectStore + VersionStore<Database = Self::Db> + Clone;
     /// `None` when the database is not available here (the test is skipped).
     async fn start() -> Option<Self>;
     fn inbox(&self) -> Self::Inbox;
+    fn outbox(&self) -> Self::Outbox;
+    fn effect_store(&self) -> Self::Effects;
     async fn record(
         transaction: &mut Transaction<'static, Self::Db>,
         key: &str,
@@ -222,6 +229,8 @@ pub struct SqliteBackend {
 impl Backend for SqliteBackend {
     type Db = Sqlite;
     type Inbox = SqliteInbox;
+    type Outbox = SqliteOutbox;
+    type Effects = SqliteEffectStore;
 
     async fn start() -> Option<Self> {
         let dir = tempfile::tempdir().unwrap();
@@ -244,6 +253,14 @@ impl Backend for SqliteBackend {
 
     fn inbox(&self) -> SqliteInbox {
         SqliteInbox::new(self.pool.clone())
+    }
+
+    fn outbox(&self) -> SqliteOutbox {
+        SqliteOutbox::new(self.pool.clone())
+    }
+
+    fn effect_store(&self) -> SqliteEffectStore {
+        SqliteEffectStore::new(self.pool.clone())
     }
 
     async fn record(
@@ -291,6 +308,8 @@ static SCHEMAS: AtomicU64 = AtomicU64::new(0);
 impl Backend for PostgresBackend {
     type Db = Postgres;
     type Inbox = PgInbox;
+    type Outbox = PgOutbox;
+    type Effects = PgEffectStore;
 
     async fn start() -> Option<Self> {
         let Ok(url) = std::env::var("ACKBOX_TEST_POSTGRES_URL") else {
@@ -337,6 +356,14 @@ impl Backend for PostgresBackend {
 
     fn inbox(&self) -> PgInbox {
         PgInbox::new(self.pool.clone())
+    }
+
+    fn outbox(&self) -> PgOutbox {
+        PgOutbox::new(self.pool.clone())
+    }
+
+    fn effect_store(&self) -> PgEffectStore {
+        PgEffectStore::new(self.pool.clone())
     }
 
     async fn record(

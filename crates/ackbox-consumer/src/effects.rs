@@ -1,0 +1,617 @@
+//! Side-effect records: calls outside the database, made once.
+//!
+//! A payment gateway cannot roll back with your transaction. [`Effects::run`]
+//! records `PENDING` (durably, in its own transaction) before the call, and
+//! `SUCCEEDED` with the provider's reference after it. A second run after
+//! success returns the stored reference without calling. A timeout or an
+//! ambiguous error records `UNKNOWN`, and an `UNKNOWN` effect is **never
+//! called again blindly**: [`Effects::reconcile`] asks the provider what
+//! happened (by the idempotency key) and marks it `SUCCEEDED`, or `RETRY` —
+//! the next run calls again with the *same* idempotency key — until the
+//! retry budget is spent (`FAILED`, for a person to look at).
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::consumer::now_ms;
+
+/// The states of an effect record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EffectState {
+    /// The call is being made (or its maker died mid-call).
+    Pending,
+    /// The call succeeded; the provider's reference is stored.
+    Succeeded,
+    /// The call's outcome is not known; reconcile before anything else.
+    Unknown,
+    /// Reconciliation found no trace of the call: the next run calls again,
+    /// with the same idempotency key.
+    Retry,
+    /// The provider refused, or the retry budget is spent.
+    Failed,
+}
+
+impl EffectState {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "PENDING",
+            Self::Succeeded => "SUCCEEDED",
+            Self::Unknown => "UNKNOWN",
+            Self::Retry => "RETRY",
+            Self::Failed => "FAILED",
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        match text {
+            "SUCCEEDED" => Self::Succeeded,
+            "UNKNOWN" => Self::Unknown,
+            "RETRY" => Self::Retry,
+            "FAILED" => Self::Failed,
+            _ => Self::Pending,
+        }
+    }
+
+    /// Every state, for reporting.
+    pub const ALL: [Self; 5] = [
+        Self::Pending,
+        Self::Succeeded,
+        Self::Unknown,
+        Self::Retry,
+        Self::Failed,
+    ];
+}
+
+/// How an external call ended, as far as the caller can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The provider definitely did not act (a validation error, a 4xx).
+    Rejected(String),
+    /// It may have acted (a timeout, a dropped connection, a 5xx after the
+    /// request was sent).
+    Ambiguous(String),
+}
+
+/// Why [`Effects::run`] did not return a reference.
+#[derive(Debug, thiserror::Error)]
+pub enum EffectError {
+    /// The outcome of an earlier call is unknown: it must be reconciled
+    /// before anything else happens (retry the message later).
+    #[error("effect {0} has an unknown outcome; waiting for reconciliation")]
+    Unknown(String),
+    /// Another run of the same effect is in progress, or died mid-call.
+    #[error("effect {0} is pending")]
+    Pending(String),
+    /// The provider refused, or reconciliation ran out of retries.
+    #[error("effect {key} failed: {reason}")]
+    Failed {
+        /// The effect key.
+        key: String,
+        /// Why.
+        reason: String,
+    },
+    /// The effect records could not be read or written.
+    #[error(transparent)]
+    Database(#[from] sqlx::Error),
+}
+
+impl From<EffectError> for crate::HandlerError {
+    /// An unknown, pending or unreadable effect is worth retrying later
+    /// (after reconciliation); a failed one is not.
+    fn from(error: EffectError) -> Self {
+        match &error {
+            EffectError::Failed { .. } => Self::permanent("EffectFailed", &error),
+            EffectError::Unknown(_) => Self::transient("EffectUnknown", &error),
+            EffectError::Pending(_) => Self::transient("EffectPending", &error),
+            EffectError::Database(_) => Self::transient("Database", &error),
+        }
+    }
+}
+
+/// One effect record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectRecord {
+    /// What the effect is (say, `charge:order-7`).
+    pub effect_key: String,
+    /// The key the provider deduplicates on; the same on every attempt.
+    pub idempotency_key: String,
+    /// Where it stands.
+    pub state: EffectState,
+    /// The provider's reference, once succeeded.
+    pub result: Option<String>,
+    /// Calls made.
+    pub attempts: u32,
+}
+
+/// What the provider says about an effect being reconciled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lookup {
+    /// It was done; here is its reference.
+    Succeeded(String),
+    /// There is no trace of it: it may be called again (same idempotency key).
+    NotFound,
+    /// The provider cannot tell yet; ask again later.
+    StillUnknown,
+}
+
+/// What a reconciliation pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reconciled {
+    /// UNKNOWN effects found done.
+    pub succeeded: u64,
+    /// UNKNOWN effects set to be called again.
+    pub retried: u64,
+    /// UNKNOWN effects out of retries.
+    pub failed: u64,
+}
+
+/// A move of one record from one state to another.
+#[derive(Debug, Clone, Copy)]
+pub struct Transition<'a> {
+    /// The effect.
+    pub key: &'a str,
+    /// The state it must be in.
+    pub from: EffectState,
+    /// The state it moves to.
+    pub to: EffectState,
+    /// The provider's reference, when known.
+    pub result: Option<&'a str>,
+    /// Why, for failures and unknowns.
+    pub error: Option<&'a str>,
+    /// Whether a call is about to be made (counts an attempt).
+    pub counts_attempt: bool,
+    /// Now, epoch milliseconds.
+    pub now_ms: i64,
+}
+
+impl<'a> Transition<'a> {
+    fn new(key: &'a str, from: EffectState, to: EffectState, now_ms: i64) -> Self {
+        Self {
+            key,
+            from,
+            to,
+            result: None,
+            error: None,
+            counts_attempt: false,
+            now_ms,
+        }
+    }
+
+    fn result(mut self, result: &'a str) -> Self {
+        self.result = Some(result);
+        self
+    }
+
+    fn error(mut self, error: &'a str) -> Self {
+        self.error = Some(error);
+        self
+    }
+
+    fn counting_an_attempt(mut self) -> Self {
+        self.counts_attempt = true;
+        self
+    }
+}
+
+/// Storage of effect records (PostgreSQL and SQLite implement it).
+#[async_trait]
+pub trait EffectStore: Send + Sync + 'static {
+    /// Creates the tables if needed (idempotent).
+    async fn migrate(&self) -> Result<(), sqlx::Error>;
+    /// Inserts a PENDING record unless one exists; `true` if inserted.
+    async fn begin(
+        &self,
+        key: &str,
+        idempotency_key: &str,
+        now_ms: i64,
+    ) -> Result<bool, sqlx::Error>;
+    /// The record of `key`.
+    async fn get(&self, key: &str) -> Result<Option<EffectRecord>, sqlx::Error>;
+    /// Applies `transition` if the record is still in its `from` state
+    /// (compare and set); `true` if it moved.
+    async fn transition(&self, transition: Transition<'_>) -> Result<bool, sqlx::Error>;
+    /// Records in `state`, oldest first, at most `limit`.
+    async fn in_state(
+        &self,
+        state: EffectState,
+        limit: u32,
+    ) -> Result<Vec<EffectRecord>, sqlx::Error>;
+    /// How many records are in each state, and when the oldest UNKNOWN changed.
+    async fn census(&self) -> Result<(Vec<(EffectState, u64)>, Option<i64>), sqlx::Error>;
+}
+
+/// Side-effect records over a store. See the module documentation.
+#[derive(Debug, Clone)]
+pub struct Effects<S> {
+    store: S,
+    timeout: Duration,
+    retry_budget: u32,
+}
+
+impl<S: EffectStore> Effects<S> {
+    /// Effects recorded in `store`; calls time out after 10 s (UNKNOWN);
+    /// reconciliation retries an effect at most 3 times.
+    pub fn new(store: S) -> Self {
+        Self {
+            store,
+            timeout: Duration::from_secs(10),
+            retry_budget: 3,
+        }
+    }
+
+    /// How long a call may take before its outcome counts as unknown.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Calls an effect may make in all, retries included.
+    pub fn retry_budget(mut self, attempts: u32) -> Self {
+        self.retry_budget = attempts.max(1);
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Makes the call for `key` at most once in effect: see the module docs.
+    /// `call` gets the idempotency key to send to the provider and returns
+    /// the provider's reference.
+    pub async fn run<F, Fut>(&self, key: &str, call: F) -> Result<String, EffectError>
+    where
+        F: FnOnce(String) -> Fut,
+        Fut: Future<Output = Result<String, CallError>>,
+    {
+        let now = now_ms();
+        let fresh = self.store.begin(key, key, now).await?;
+        if !fresh {
+            let record = self
+                .store
+                .get(key)
+                .await?
+                .ok_or_else(|| EffectError::Pending(key.to_owned()))?;
+            match record.state {
+                EffectState::Succeeded => return Ok(record.result.unwrap_or_default()),
+                EffectState::Unknown => return Err(EffectError::Unknown(key.to_owned())),
+                EffectState::Pending => return Err(EffectError::Pending(key.to_owned())),
+                EffectState::Failed => {
+                    return Err(EffectError::Failed {
+                        key: key.to_owned(),
+                        reason: "an earlier attempt failed".to_owned(),
+                    });
+                }
+                EffectState::Retry => {
+                    // Whoever moves it back to PENDING makes the call.
+                    let claimed = self
+                        .store
+                        .transition(
+                            Transition::new(key, EffectState::Retry, EffectState::Pending, now)
+                                .counting_an_attempt(),
+                        )
+                        .await?;
+                    if !claimed {
+                        return Err(EffectError::Pending(key.to_owned()));
+                    }
+                }
+            }
+        }
+        let idempotency_key = key.to_owned();
+        let outcome = tokio::time::timeout(self.timeout, call(idempotency_key)).await;
+        let now = now_ms();
+        match outcome {
+            Ok(Ok(reference)) => {
+                self.store
+                    .transition(
+                        Transition::new(key, EffectState::Pending, EffectState::Succeeded, now)
+                            .result(&reference),
+                    )
+                    .await?;
+                Ok(reference)
+            }
+            Ok(Err(CallError::Rejected(reason))) => {
+                self.store
+                    .transition(
+                        Transition::new(key, EffectState::Pending, EffectState::Failed, now)
+                            .error(&reason),
+                    )
+                    .await?;
+                Err(EffectError::Failed {
+                    key: key.to_owned(),
+                    reason,
+                })
+            }
+            Ok(Err(CallError::Ambiguous(reason))) => {
+                self.mark_unknown(key, &reason, now).await?;
+                Err(EffectError::Unknown(key.to_owned()))
+            }
+            Err(_elapsed) => {
+                self.mark_unknown(key, "the call timed out", now).await?;
+                Err(EffectError::Unknown(key.to_owned()))
+            }
+        }
+    }
+
+    async fn mark_unknown(&self, key: &str, reason: &str, now: i64) -> Result<(), sqlx::Error> {
+        tracing::warn!(
+            effect_key = key,
+            reason,
+            "external call outcome unknown; it will be reconciled, not repeated"
+        );
+        self.store
+            .transition(
+                Transition::new(key, EffectState::Pending, EffectState::Unknown, now).error(reason),
+            )
+            .await
+            .map(drop)
+    }
+
+    /// Asks `lookup` about every UNKNOWN effect (up to 100 per pass) and
+    /// settles it: SUCCEEDED with the reference, RETRY while attempts remain,
+    /// FAILED after that.
+    pub async fn reconcile<F, Fut>(&self, lookup: F) -> Result<Reconciled, sqlx::Error>
+    where
+        F: Fn(EffectRecord) -> Fut,
+        Fut: Future<Output = Lookup>,
+    {
+        let mut report = Reconciled::default();
+        for record in self.store.in_state(EffectState::Unknown, 100).await? {
+            let key = record.effect_key.clone();
+            let attempts = record.attempts;
+            let now = now_ms();
+            match lookup(record).await {
+                Lookup::Succeeded(reference) => {
+                    if self
+                        .store
+                        .transition(
+                            Transition::new(
+                                &key,
+                                EffectState::Unknown,
+                                EffectState::Succeeded,
+                                now,
+                            )
+                            .result(&reference),
+                        )
+                        .await?
+                    {
+                        report.succeeded += 1;
+                    }
+                }
+                Lookup::NotFound if attempts < self.retry_budget => {
+                    if self
+                        .store
+                        .transition(Transition::new(
+                            &key,
+                            EffectState::Unknown,
+                            EffectState::Retry,
+                            now,
+                        ))
+                        .await?
+                    {
+                        report.retried += 1;
+                    }
+                }
+                Lookup::NotFound => {
+                    let reason = format!("not found at the provider after {attempts} attempts");
+                    if self
+                        .store
+                        .transition(
+                            Transition::new(&key, EffectState::Unknown, EffectState::Failed, now)
+                                .error(&reason),
+                        )
+                        .await?
+                    {
+                        report.failed += 1;
+                    }
+                }
+                Lookup::StillUnknown => {}
+            }
+        }
+        self.report().await?;
+        Ok(report)
+    }
+
+    /// Publishes `effects_state_count{state}` and
+    /// `effects_oldest_unknown_age_seconds`; returns the counts.
+    pub async fn report(&self) -> Result<Vec<(EffectState, u64)>, sqlx::Error> {
+        let (counts, oldest_unknown) = self.store.census().await?;
+        for state in EffectState::ALL {
+            let count = counts
+                .iter()
+                .find(|(counted, _)| *counted == state)
+                .map_or(0, |(_, count)| *count);
+            metrics::gauge!("effects_state_count", "state" => state.as_str()).set(count as f64);
+        }
+        let age = oldest_unknown.map_or(0.0, |at| (now_ms() - at).max(0) as f64 / 1_000.0);
+        metrics::gauge!("effects_oldest_unknown_age_seconds").set(age);
+        Ok(counts)
+    }
+}
+
+/// Implements [`EffectStore`] and the projection guard for one database.
+/// The SQL is shared: both databases take `$n` parameters (in order of
+/// first use) and `ON CONFLICT`.
+macro_rules! sql_effect_store {
+    ($store:ident, $database:ty, $pool:ty, $name:literal, $migration:literal, $lock:literal) => {
+        #[doc = concat!("Effect records and projection versions in the application's ", $name, " database.")]
+        #[derive(Debug, Clone)]
+        pub struct $store {
+            pool: $pool,
+        }
+
+        impl $store {
+            /// A store on `pool`, the pool the application writes with.
+            pub fn new(pool: $pool) -> Self {
+                Self { pool }
+            }
+        }
+
+        fn record_from(
+            (effect_key, idempotency_key, state, result, attempts): (String, String, String, Option<String>, i64),
+        ) -> EffectRecord {
+            EffectRecord {
+                effect_key,
+                idempotency_key,
+                state: EffectState::parse(&state),
+                result,
+                attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+            }
+        }
+
+        #[async_trait]
+        impl EffectStore for $store {
+            async fn migrate(&self) -> Result<(), sqlx::Error> {
+                sqlx::raw_sql(include_str!($migration)).execute(&self.pool).await.map(drop)
+            }
+
+            async fn begin(&self, key: &str, idempotency_key: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
+                Ok(sqlx::query(
+                    "INSERT INTO ackbox_effects
+                         (effect_key, idempotency_key, state, attempts, created_at, updated_at)
+                     VALUES ($1, $2, 'PENDING', 1, $3, $3)
+                     ON CONFLICT (effect_key) DO NOTHING",
+                )
+                .bind(key)
+                .bind(idempotency_key)
+                .bind(now_ms)
+                .execute(&self.pool)
+                .await?
+                .rows_affected()
+                    == 1)
+            }
+
+            async fn get(&self, key: &str) -> Result<Option<EffectRecord>, sqlx::Error> {
+                let row: Option<(String, String, String, Option<String>, i64)> = sqlx::query_as(
+                    "SELECT effect_key, idempotency_key, state, result, CAST(attempts AS BIGINT)
+                     FROM ackbox_effects WHERE effect_key = $1",
+                )
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row.map(record_from))
+            }
+
+            async fn transition(&self, transition: Transition<'_>) -> Result<bool, sqlx::Error> {
+                Ok(sqlx::query(
+                    "UPDATE ackbox_effects
+                     SET state = $1, result = COALESCE($2, result), last_error = COALESCE($3, last_error),
+                         attempts = attempts + $4, updated_at = $5
+                     WHERE effect_key = $6 AND state = $7",
+                )
+                .bind(transition.to.as_str())
+                .bind(transition.result)
+                .bind(transition.error)
+                .bind(i64::from(transition.counts_attempt))
+                .bind(transition.now_ms)
+                .bind(transition.key)
+                .bind(transition.from.as_str())
+                .execute(&self.pool)
+                .await?
+                .rows_affected()
+                    == 1)
+            }
+
+            async fn in_state(&self, state: EffectState, limit: u32) -> Result<Vec<EffectRecord>, sqlx::Error> {
+                let rows: Vec<(String, String, String, Option<String>, i64)> = sqlx::query_as(
+                    "SELECT effect_key, idempotency_key, state, result, CAST(attempts AS BIGINT)
+                     FROM ackbox_effects WHERE state = $1 ORDER BY updated_at LIMIT $2",
+                )
+                .bind(state.as_str())
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows.into_iter().map(record_from).collect())
+            }
+
+            async fn census(&self) -> Result<(Vec<(EffectState, u64)>, Option<i64>), sqlx::Error> {
+                let rows: Vec<(String, i64)> =
+                    sqlx::query_as("SELECT state, COUNT(*) FROM ackbox_effects GROUP BY state")
+                        .fetch_all(&self.pool)
+                        .await?;
+                let oldest: Option<i64> = sqlx::query_scalar(
+                    "SELECT MIN(updated_at) FROM ackbox_effects WHERE state = 'UNKNOWN'",
+                )
+                .fetch_one(&self.pool)
+                .await?;
+                Ok((
+                    rows.into_iter()
+                        .map(|(state, count)| (EffectState::parse(&state), count.unsigned_abs()))
+                        .collect(),
+                    oldest,
+                ))
+            }
+        }
+
+        #[async_trait]
+        impl crate::projection::VersionStore for $store {
+            type Database = $database;
+
+            async fn current_version(
+                &self,
+                transaction: &mut sqlx::Transaction<'static, $database>,
+                projection: &str,
+                aggregate_id: &str,
+            ) -> Result<Option<i64>, sqlx::Error> {
+                sqlx::query_scalar(concat!(
+                    "SELECT version FROM ackbox_projection_versions
+                     WHERE projection = $1 AND aggregate_id = $2",
+                    $lock
+                ))
+                .bind(projection)
+                .bind(aggregate_id)
+                .fetch_optional(&mut **transaction)
+                .await
+            }
+
+            async fn set_version(
+                &self,
+                transaction: &mut sqlx::Transaction<'static, $database>,
+                projection: &str,
+                aggregate_id: &str,
+                version: i64,
+            ) -> Result<(), sqlx::Error> {
+                sqlx::query(
+                    "INSERT INTO ackbox_projection_versions (projection, aggregate_id, version)
+                     VALUES ($1, $2, $3)
+                     ON CONFLICT (projection, aggregate_id) DO UPDATE SET version = excluded.version",
+                )
+                .bind(projection)
+                .bind(aggregate_id)
+                .bind(version)
+                .execute(&mut **transaction)
+                .await
+                .map(drop)
+            }
+        }
+    };
+}
+
+mod postgres_store {
+    use super::*;
+    sql_effect_store!(
+        PgEffectStore,
+        sqlx::Postgres,
+        sqlx::PgPool,
+        "PostgreSQL",
+        "../migrations/postgres/0003_effects.sql",
+        " FOR UPDATE"
+    );
+}
+
+mod sqlite_store {
+    use super::*;
+    sql_effect_store!(
+        SqliteEffectStore,
+        sqlx::Sqlite,
+        sqlx::SqlitePool,
+        "SQLite",
+        "../migrations/sqlite/0003_effects.sql",
+        ""
+    );
+}
+
+pub use postgres_store::PgEffectStore;
+pub use sqlite_store::SqliteEffectStore;

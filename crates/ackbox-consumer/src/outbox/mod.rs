@@ -1,0 +1,267 @@
+//! The transactional outbox: publish events from a transaction without
+//! losing them and without publishing what rolled back.
+//!
+//! [`Outbox::enqueue`] writes the event in the application's transaction.
+//! An [`OutboxRelay`] then publishes due events in batches and marks them
+//! published; on PostgreSQL several relays share the work (`FOR UPDATE SKIP
+//! LOCKED`). A relay that dies after publishing and before marking publishes
+//! the event again later: every copy carries the same event id (the
+//! `ackbox.event_id` attribute, and the `MessageDeduplicationId` on FIFO
+//! queues), so consumers keyed on it apply it once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::{Database, Transaction};
+use tokio_util::sync::CancellationToken;
+
+use crate::retry::RetryPolicy;
+use crate::testing::{CrashPoint, Faults};
+
+mod postgres;
+mod sqlite;
+
+pub use postgres::PgOutbox;
+pub use sqlite::SqliteOutbox;
+
+/// The message attribute that carries an outbox event's id.
+pub const EVENT_ID_ATTRIBUTE: &str = "ackbox.event_id";
+
+/// An event to publish once the transaction commits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxEvent {
+    /// The queue URL to publish to.
+    pub destination: String,
+    /// The message body.
+    pub body: String,
+    /// The message group (required by FIFO queues).
+    pub group_id: Option<String>,
+    /// String message attributes.
+    pub attributes: BTreeMap<String, String>,
+}
+
+impl OutboxEvent {
+    /// An event with `body` for the queue at `destination`.
+    pub fn new(destination: impl Into<String>, body: impl Into<String>) -> Self {
+        Self {
+            destination: destination.into(),
+            body: body.into(),
+            group_id: None,
+            attributes: BTreeMap::new(),
+        }
+    }
+
+    /// Sets the message group.
+    pub fn group(mut self, group_id: impl Into<String>) -> Self {
+        self.group_id = Some(group_id.into());
+        self
+    }
+
+    /// Adds a string message attribute.
+    pub fn attribute(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.attributes.insert(name.into(), value.into());
+        self
+    }
+}
+
+/// A stored event waiting to be published.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingEvent {
+    /// Stable id: the same on every publication of this event.
+    pub event_id: String,
+    /// The event.
+    pub event: OutboxEvent,
+    /// Publications tried so far.
+    pub attempts: u32,
+}
+
+/// Sends outbox events to a broker.
+#[async_trait]
+pub trait Publisher: Send + Sync + 'static {
+    /// Publishes `events`; one result per event, in order (`Err` with why).
+    async fn publish(&self, events: &[PendingEvent]) -> Vec<Result<(), String>>;
+}
+
+/// How many events wait, and since when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Backlog {
+    /// Events not yet published.
+    pub unpublished: u64,
+    /// When the oldest of them was enqueued, epoch milliseconds.
+    pub oldest_created_at_ms: Option<i64>,
+}
+
+/// What one relay pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RelayPass {
+    /// Events published and marked.
+    pub published: u64,
+    /// Events whose publication failed, rescheduled with backoff.
+    pub failed: u64,
+    /// The pass stopped after publishing, before marking (a simulated crash).
+    pub crashed: bool,
+}
+
+/// An outbox table in the application's database.
+#[async_trait]
+pub trait Outbox: Send + Sync + 'static {
+    /// The application's database.
+    type Database: Database;
+
+    /// Creates the outbox table if it does not exist (idempotent).
+    async fn migrate(&self) -> Result<(), sqlx::Error>;
+
+    /// Writes `event` in `transaction`; returns its event id. It is
+    /// published only if the transaction commits.
+    async fn enqueue(
+        &self,
+        transaction: &mut Transaction<'static, Self::Database>,
+        event: OutboxEvent,
+    ) -> Result<String, sqlx::Error>;
+
+    /// Publishes up to `limit` due events with `publisher` and marks them:
+    /// published, or failed and due again after `retry`'s backoff. Events
+    /// stay locked to this pass while it publishes.
+    async fn relay_pass(
+        &self,
+        publisher: &dyn Publisher,
+        limit: u32,
+        retry: &RetryPolicy,
+        faults: Option<&Faults>,
+    ) -> Result<RelayPass, sqlx::Error>;
+
+    /// Unpublished events and the age of the oldest.
+    async fn backlog(&self) -> Result<Backlog, sqlx::Error>;
+}
+
+/// A new event id: 128 random bits as hex, unique without coordination.
+pub(crate) fn new_event_id() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
+/// Publishes `events`, unless a simulated crash strikes after publishing
+/// (then nothing is marked and the caller abandons its transaction).
+pub(crate) async fn publish(
+    publisher: &dyn Publisher,
+    events: &[PendingEvent],
+    faults: Option<&Faults>,
+) -> Option<Vec<Result<(), String>>> {
+    let results = publisher.publish(events).await;
+    let crashed = faults.is_some_and(|faults| {
+        events
+            .iter()
+            .any(|pending| faults.fires(CrashPoint::AfterPublishBeforeMark, &pending.event_id))
+    });
+    (!crashed).then_some(results)
+}
+
+/// When a failed publication is tried again.
+pub(crate) fn next_attempt_at(now_ms: i64, attempts: u32, retry: &RetryPolicy) -> i64 {
+    now_ms.saturating_add(i64::try_from(retry.backoff(attempts).as_millis()).unwrap_or(i64::MAX))
+}
+
+/// Runs relay passes until shut down, and reports the backlog as metrics
+/// (`outbox_unpublished_count`, `outbox_oldest_unpublished_age_seconds`).
+pub struct OutboxRelay<O, P> {
+    outbox: O,
+    publisher: P,
+    batch: u32,
+    idle: Duration,
+    retry: RetryPolicy,
+    faults: Option<Arc<Faults>>,
+}
+
+impl<O, P> std::fmt::Debug for OutboxRelay<O, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxRelay")
+            .field("batch", &self.batch)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<O: Outbox, P: Publisher> OutboxRelay<O, P> {
+    /// A relay from `outbox` to `publisher`: batches of 100, a 200 ms nap
+    /// when nothing is due, retries after 1 s doubling to 1 min.
+    pub fn new(outbox: O, publisher: P) -> Self {
+        Self {
+            outbox,
+            publisher,
+            batch: 100,
+            idle: Duration::from_millis(200),
+            retry: RetryPolicy::exponential(
+                u32::MAX,
+                Duration::from_secs(1),
+                Duration::from_secs(60),
+            ),
+            faults: None,
+        }
+    }
+
+    /// Events per pass.
+    pub fn batch(mut self, batch: u32) -> Self {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// How long to wait when nothing is due.
+    pub fn idle(mut self, idle: Duration) -> Self {
+        self.idle = idle;
+        self
+    }
+
+    /// Backoff of failed publications (attempts are not bounded: an event
+    /// is never dropped).
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Simulated crashes, for tests ([`CrashPoint::AfterPublishBeforeMark`]).
+    pub fn faults(mut self, faults: Arc<Faults>) -> Self {
+        self.faults = Some(faults);
+        self
+    }
+
+    /// One pass: publish what is due, mark it, report the backlog.
+    pub async fn run_once(&self) -> Result<RelayPass, sqlx::Error> {
+        let pass = self
+            .outbox
+            .relay_pass(
+                &self.publisher,
+                self.batch,
+                &self.retry,
+                self.faults.as_deref(),
+            )
+            .await?;
+        let backlog = self.outbox.backlog().await?;
+        metrics::gauge!("outbox_unpublished_count").set(backlog.unpublished as f64);
+        let age = backlog.oldest_created_at_ms.map_or(0.0, |oldest| {
+            (crate::consumer::now_ms() - oldest).max(0) as f64 / 1_000.0
+        });
+        metrics::gauge!("outbox_oldest_unpublished_age_seconds").set(age);
+        Ok(pass)
+    }
+
+    /// Passes until `shutdown`; a database error is logged and retried.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        while !shutdown.is_cancelled() {
+            let nap = match self.run_once().await {
+                Ok(pass) if pass.published + pass.failed > 0 || pass.crashed => Duration::ZERO,
+                Ok(_) => self.idle,
+                Err(error) => {
+                    tracing::warn!(%error, "outbox relay pass failed; retrying");
+                    self.idle
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep(nap) => {}
+                () = shutdown.cancelled() => {}
+            }
+        }
+    }
+}

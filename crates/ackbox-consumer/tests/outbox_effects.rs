@@ -1,0 +1,471 @@
+//! Seed 000 §29, the rest of the matrix: an outbox relay that publishes an
+//! event twice, an external call that times out, an event that arrives out
+//! of order, and a replay — against a real broker and a real database
+//! (SQLite always, PostgreSQL when `ACKBOX_TEST_POSTGRES_URL` is set).
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ackbox_consumer::effects::{CallError, EffectError, EffectState, EffectStore, Effects, Lookup};
+use ackbox_consumer::outbox::{EVENT_ID_ATTRIBUTE, Outbox, OutboxEvent, OutboxRelay};
+use ackbox_consumer::projection::{GapPolicy, Projection, Verdict};
+use ackbox_consumer::testing::{CrashPoint, Faults};
+use ackbox_consumer::{
+    CancellationToken, Consumer, Handler, HandlerError, Inbox, Message, REPLAY_ATTRIBUTE,
+    SqsPublisher, async_trait,
+};
+use aws_sdk_sqs::types::MessageAttributeValue;
+use sqlx::Transaction;
+use support::{Backend, Broker, Ledger, Script, body, eventually};
+
+async fn outbox_relay_publishing_an_event_twice_is_absorbed_by_the_inbox<B: Backend>(backend: B) {
+    let broker = Broker::start(5, 10).await;
+    let outbox = backend.outbox();
+    outbox.migrate().await.unwrap();
+    // One event committed with its business change; one rolled back.
+    let mut transaction = backend.inbox().begin().await.unwrap();
+    let event_id = outbox
+        .enqueue(
+            &mut transaction,
+            OutboxEvent::new(&broker.url, body("order-1")),
+        )
+        .await
+        .unwrap();
+    transaction.commit().await.unwrap();
+    let mut transaction = backend.inbox().begin().await.unwrap();
+    outbox
+        .enqueue(
+            &mut transaction,
+            OutboxEvent::new(&broker.url, body("never")),
+        )
+        .await
+        .unwrap();
+    transaction.rollback().await.unwrap();
+    assert_eq!(outbox.backlog().await.unwrap().unpublished, 1);
+
+    // The relay dies after publishing, before marking: the next pass
+    // publishes the same event again.
+    let faults = Arc::new(Faults::new());
+    faults.crash_once(CrashPoint::AfterPublishBeforeMark, &event_id);
+    let relay =
+        OutboxRelay::new(outbox.clone(), SqsPublisher::new(broker.client.clone())).faults(faults);
+    assert!(relay.run_once().await.unwrap().crashed);
+    assert_eq!(relay.run_once().await.unwrap().published, 1);
+    assert_eq!(
+        relay.run_once().await.unwrap().published,
+        0,
+        "marked: not published a third time"
+    );
+    assert_eq!(outbox.backlog().await.unwrap().unpublished, 0);
+    assert_eq!(
+        broker.depth(&broker.url).await.0,
+        2,
+        "two copies on the queue"
+    );
+
+    let consumer = Arc::new(
+        Consumer::builder("orders")
+            .transport(broker.transport())
+            .inbox(backend.inbox())
+            .effect_key(|message| {
+                message
+                    .attribute(EVENT_ID_ATTRIBUTE)
+                    .unwrap_or(&message.id)
+                    .to_owned()
+            })
+            .wait(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    );
+    let shutdown = CancellationToken::new();
+    let task = {
+        let (consumer, shutdown) = (Arc::clone(&consumer), shutdown.clone());
+        tokio::spawn(async move {
+            consumer
+                .run(Ledger::<B>::new(Arc::default()), shutdown)
+                .await
+        })
+    };
+    eventually(
+        Duration::from_secs(10),
+        "both copies are decided",
+        || async { consumer.stats().applied() + consumer.stats().duplicates() == 2 },
+    )
+    .await;
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(
+        backend.effects("order-1").await,
+        1,
+        "the second copy was absorbed"
+    );
+    assert_eq!(
+        backend.effects("never").await,
+        0,
+        "a rolled-back event is never published"
+    );
+}
+
+/// A payment provider that honours idempotency keys; it can be told to act
+/// and then hang past the caller's timeout, or to hang without acting.
+#[derive(Default)]
+struct Gateway {
+    charges: Mutex<HashMap<String, String>>,
+    calls: AtomicU32,
+    /// Next calls: `Some(true)` acts then hangs; `Some(false)` hangs first.
+    hang: Mutex<Vec<bool>>,
+}
+
+impl Gateway {
+    async fn charge(&self, idempotency_key: String) -> Result<String, CallError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let hang = self.hang.lock().unwrap().pop();
+        if hang == Some(false) {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        let reference = self
+            .charges
+            .lock()
+            .unwrap()
+            .entry(idempotency_key)
+            .or_insert_with(|| format!("ch_{}", self.calls.load(Ordering::SeqCst)))
+            .clone();
+        if hang == Some(true) {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        Ok(reference)
+    }
+
+    fn lookup(&self, idempotency_key: &str) -> Lookup {
+        self.charges
+            .lock()
+            .unwrap()
+            .get(idempotency_key)
+            .map_or(Lookup::NotFound, |reference| {
+                Lookup::Succeeded(reference.clone())
+            })
+    }
+}
+
+async fn external_api_timeout_is_unknown_then_reconciled_never_a_blind_second_charge<B: Backend>(
+    backend: B,
+) {
+    let store = backend.effect_store();
+    store.migrate().await.unwrap();
+    let effects = Effects::new(store.clone())
+        .timeout(Duration::from_millis(200))
+        .retry_budget(2);
+    let gateway = Arc::new(Gateway::default());
+
+    // The gateway charges, then the answer never comes: UNKNOWN.
+    gateway.hang.lock().unwrap().push(true);
+    let outcome = effects
+        .run("charge:order-1", |key| gateway.charge(key))
+        .await;
+    assert!(
+        matches!(outcome, Err(EffectError::Unknown(_))),
+        "{outcome:?}"
+    );
+    // Running again does not call the gateway: UNKNOWN waits for reconciliation.
+    let again = effects
+        .run("charge:order-1", |key| gateway.charge(key))
+        .await;
+    assert!(matches!(again, Err(EffectError::Unknown(_))), "{again:?}");
+    assert_eq!(gateway.calls.load(Ordering::SeqCst), 1, "no blind retry");
+    let reconciled = effects
+        .reconcile(|record| {
+            let gateway = Arc::clone(&gateway);
+            async move { gateway.lookup(&record.idempotency_key) }
+        })
+        .await
+        .unwrap();
+    assert_eq!(reconciled.succeeded, 1);
+    let reference = effects
+        .run("charge:order-1", |key| gateway.charge(key))
+        .await
+        .unwrap();
+    assert_eq!(reference, "ch_1", "the stored reference, without a call");
+    assert_eq!(gateway.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        gateway.charges.lock().unwrap().len(),
+        1,
+        "charged exactly once"
+    );
+
+    // The gateway hangs before acting: reconciliation finds nothing, and the
+    // next run calls again with the same idempotency key.
+    gateway.hang.lock().unwrap().push(false);
+    assert!(
+        effects
+            .run("charge:order-2", |key| gateway.charge(key))
+            .await
+            .is_err()
+    );
+    let reconciled = effects
+        .reconcile(|record| {
+            let gateway = Arc::clone(&gateway);
+            async move { gateway.lookup(&record.idempotency_key) }
+        })
+        .await
+        .unwrap();
+    // The timed-out call was abandoned before it acted: nothing to find, so
+    // the effect may be called again — with the same idempotency key.
+    assert_eq!(reconciled.retried, 1);
+    let retried = effects
+        .run("charge:order-2", |key| gateway.charge(key))
+        .await
+        .unwrap();
+    assert_eq!(
+        gateway.calls.load(Ordering::SeqCst),
+        3,
+        "one retry, no more"
+    );
+    let settled = effects
+        .run("charge:order-2", |key| gateway.charge(key))
+        .await
+        .unwrap();
+    assert_eq!(settled, retried, "settled: the stored reference");
+    assert_eq!(gateway.calls.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        gateway
+            .charges
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|key| key.as_str() == "charge:order-2")
+            .count(),
+        1
+    );
+
+    // A provider that never heard of it, past the budget: FAILED, for a person.
+    gateway.hang.lock().unwrap().push(false);
+    let never = Effects::new(store.clone())
+        .timeout(Duration::from_millis(50))
+        .retry_budget(1);
+    assert!(
+        never
+            .run("charge:order-3", |_| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                Ok::<_, CallError>("late".to_owned())
+            })
+            .await
+            .is_err()
+    );
+    let reconciled = never
+        .reconcile(|_| async { Lookup::NotFound })
+        .await
+        .unwrap();
+    assert_eq!(reconciled.failed, 1);
+    assert!(matches!(
+        never.run("charge:order-3", |key| gateway.charge(key)).await,
+        Err(EffectError::Failed { .. })
+    ));
+    let counts = effects.report().await.unwrap();
+    assert!(counts.contains(&(EffectState::Succeeded, 2)), "{counts:?}");
+    assert!(counts.contains(&(EffectState::Failed, 1)), "{counts:?}");
+}
+
+async fn out_of_order_events_leave_the_projection_at_the_newest_version<B: Backend>(backend: B) {
+    let store = backend.effect_store();
+    store.migrate().await.unwrap();
+    let projection = Projection::new(store.clone(), "order-status");
+    let mut verdicts = Vec::new();
+    for version in [1, 3, 2, 3, 4] {
+        let mut transaction = backend.inbox().begin().await.unwrap();
+        verdicts.push(
+            projection
+                .apply_if_newer(&mut transaction, "order-1", version)
+                .await
+                .unwrap(),
+        );
+        transaction.commit().await.unwrap();
+    }
+    assert_eq!(
+        verdicts,
+        [
+            Verdict::Apply,
+            Verdict::Apply,
+            Verdict::Stale,
+            Verdict::Duplicate,
+            Verdict::Apply
+        ]
+    );
+    // A verdict rolled back with its transaction leaves nothing behind.
+    let mut transaction = backend.inbox().begin().await.unwrap();
+    assert_eq!(
+        projection
+            .apply_if_newer(&mut transaction, "order-1", 9)
+            .await
+            .unwrap(),
+        Verdict::Apply
+    );
+    transaction.rollback().await.unwrap();
+    let strict = Projection::new(store, "ledger").gaps(GapPolicy::Quarantine);
+    let mut transaction = backend.inbox().begin().await.unwrap();
+    assert_eq!(
+        strict
+            .apply_if_newer(&mut transaction, "order-1", 1)
+            .await
+            .unwrap(),
+        Verdict::Apply
+    );
+    assert_eq!(
+        strict
+            .apply_if_newer(&mut transaction, "order-1", 3)
+            .await
+            .unwrap(),
+        Verdict::Gap {
+            expected: 2,
+            got: 3
+        }
+    );
+    assert_eq!(
+        projection
+            .apply_if_newer(&mut transaction, "order-1", 5)
+            .await
+            .unwrap(),
+        Verdict::Apply
+    );
+}
+
+/// The ledger, declared safe to replay (a pure database effect).
+struct ReplaySafe<B>(Ledger<B>);
+
+#[async_trait]
+impl<B: Backend> Handler<B::Db> for ReplaySafe<B> {
+    async fn handle(
+        &self,
+        message: &Message,
+        transaction: &mut Transaction<'static, B::Db>,
+    ) -> Result<(), HandlerError> {
+        self.0.handle(message, transaction).await
+    }
+
+    fn replay_safe(&self) -> bool {
+        true
+    }
+}
+
+async fn a_replay_triggers_no_irreversible_effect<B: Backend>(backend: B) {
+    let broker = Broker::start(5, 10).await;
+    let replayed = MessageAttributeValue::builder()
+        .data_type("String")
+        .string_value("true")
+        .build()
+        .unwrap();
+    for key in ["replayed-1", "replayed-2"] {
+        broker
+            .client
+            .send_message()
+            .queue_url(&broker.url)
+            .message_body(body(key))
+            .message_attributes(REPLAY_ATTRIBUTE, replayed.clone())
+            .send()
+            .await
+            .unwrap();
+    }
+    let consumer = Arc::new(
+        Consumer::builder("charges")
+            .transport(broker.transport())
+            .inbox(backend.inbox())
+            .effect_key(support::business_key)
+            .wait(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    );
+    let script = Arc::new(Script::default());
+    let shutdown = CancellationToken::new();
+    let task = {
+        let (consumer, shutdown, script) =
+            (Arc::clone(&consumer), shutdown.clone(), Arc::clone(&script));
+        tokio::spawn(async move { consumer.run(Ledger::<B>::new(script), shutdown).await })
+    };
+    eventually(
+        Duration::from_secs(10),
+        "the replays are skipped",
+        || async { consumer.stats().skipped() == 2 && broker.depth(&broker.url).await == (0, 0) },
+    )
+    .await;
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(
+        backend.total_effects().await,
+        0,
+        "an irreversible handler never runs on a replay"
+    );
+    assert_eq!(script.calls("replayed-1"), 0);
+
+    // A replay-safe handler (a projection) does run on replays.
+    broker
+        .client
+        .send_message()
+        .queue_url(&broker.url)
+        .message_body(body("projected"))
+        .message_attributes(REPLAY_ATTRIBUTE, replayed)
+        .send()
+        .await
+        .unwrap();
+    let projector = Arc::new(
+        Consumer::builder("projector")
+            .transport(broker.transport())
+            .inbox(backend.inbox())
+            .effect_key(support::business_key)
+            .wait(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    );
+    let shutdown = CancellationToken::new();
+    let task = {
+        let (projector, shutdown) = (Arc::clone(&projector), shutdown.clone());
+        tokio::spawn(async move {
+            projector
+                .run(ReplaySafe(Ledger::<B>::new(Arc::default())), shutdown)
+                .await
+        })
+    };
+    eventually(Duration::from_secs(10), "the replay is applied", || async {
+        projector.stats().applied() == 1
+    })
+    .await;
+    shutdown.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(backend.effects("projected").await, 1);
+}
+
+macro_rules! suite {
+    ($backend:ty; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                if let Some(backend) = <$backend as Backend>::start().await {
+                    super::$case::<$backend>(backend).await;
+                }
+            }
+        )*
+    };
+}
+
+macro_rules! every_case {
+    ($backend:ty) => {
+        suite!($backend;
+            outbox_relay_publishing_an_event_twice_is_absorbed_by_the_inbox,
+            external_api_timeout_is_unknown_then_reconciled_never_a_blind_second_charge,
+            out_of_order_events_leave_the_projection_at_the_newest_version,
+            a_replay_triggers_no_irreversible_effect,
+        );
+    };
+}
+
+mod sqlite {
+    use super::support::{Backend, SqliteBackend};
+    every_case!(SqliteBackend);
+}
+
+mod postgres {
+    use super::support::{Backend, PostgresBackend};
+    every_case!(PostgresBackend);
+}
