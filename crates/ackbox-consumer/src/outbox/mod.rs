@@ -152,10 +152,12 @@ pub(crate) async fn publish(
     faults: Option<&Faults>,
 ) -> Option<Vec<Result<(), String>>> {
     let results = publisher.publish(events).await;
+    // A crash strikes a pass, not an event: it is judged once, by the
+    // pass's first event.
     let crashed = faults.is_some_and(|faults| {
         events
-            .iter()
-            .any(|pending| faults.fires(CrashPoint::AfterPublishBeforeMark, &pending.event_id))
+            .first()
+            .is_some_and(|first| faults.fires(CrashPoint::AfterPublishBeforeMark, &first.event_id))
     });
     (!crashed).then_some(results)
 }
