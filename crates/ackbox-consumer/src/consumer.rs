@@ -135,9 +135,14 @@ impl ConsumerStats {
 
 /// Builds a [`Consumer`]; `transport` and `inbox` are required.
 pub struct ConsumerBuilder<T = (), I = ()> {
-    name: String,
     transport: T,
     inbox: I,
+    settings: Settings,
+}
+
+/// Everything a builder holds besides the transport and the inbox.
+struct Settings {
+    name: String,
     effect_key: Option<EffectKey>,
     concurrency: usize,
     retry: RetryPolicy,
@@ -152,8 +157,8 @@ pub struct ConsumerBuilder<T = (), I = ()> {
 impl<T, I> std::fmt::Debug for ConsumerBuilder<T, I> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ConsumerBuilder")
-            .field("name", &self.name)
-            .field("concurrency", &self.concurrency)
+            .field("name", &self.settings.name)
+            .field("concurrency", &self.settings.concurrency)
             .finish_non_exhaustive()
     }
 }
@@ -162,18 +167,9 @@ impl<I> ConsumerBuilder<(), I> {
     /// Where messages come from.
     pub fn transport<T: Transport>(self, transport: T) -> ConsumerBuilder<T, I> {
         ConsumerBuilder {
-            name: self.name,
             transport,
             inbox: self.inbox,
-            effect_key: self.effect_key,
-            concurrency: self.concurrency,
-            retry: self.retry,
-            budget: self.budget,
-            heartbeat: self.heartbeat,
-            wait: self.wait,
-            shutdown_deadline: self.shutdown_deadline,
-            inbox_ttl: self.inbox_ttl,
-            faults: self.faults,
+            settings: self.settings,
         }
     }
 }
@@ -182,18 +178,9 @@ impl<T> ConsumerBuilder<T, ()> {
     /// The inbox in the application's database.
     pub fn inbox<I: Inbox>(self, inbox: I) -> ConsumerBuilder<T, I> {
         ConsumerBuilder {
-            name: self.name,
             transport: self.transport,
             inbox,
-            effect_key: self.effect_key,
-            concurrency: self.concurrency,
-            retry: self.retry,
-            budget: self.budget,
-            heartbeat: self.heartbeat,
-            wait: self.wait,
-            shutdown_deadline: self.shutdown_deadline,
-            inbox_ttl: self.inbox_ttl,
-            faults: self.faults,
+            settings: self.settings,
         }
     }
 }
@@ -204,57 +191,57 @@ impl<T, I> ConsumerBuilder<T, I> {
     /// message *sent* twice two effects. Never use receipt handles or
     /// receive times.
     pub fn effect_key(mut self, key: impl Fn(&Message) -> String + Send + Sync + 'static) -> Self {
-        self.effect_key = Some(Arc::new(key));
+        self.settings.effect_key = Some(Arc::new(key));
         self
     }
 
     /// Messages handled at once (default 16).
     pub fn concurrency(mut self, concurrency: usize) -> Self {
-        self.concurrency = concurrency.max(1);
+        self.settings.concurrency = concurrency.max(1);
         self
     }
 
     /// Attempts and backoff of transient failures.
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
-        self.retry = retry;
+        self.settings.retry = retry;
         self
     }
 
     /// The retry budget shared by this consumer's workers.
     pub fn retry_budget(mut self, budget: RetryBudget) -> Self {
-        self.budget = budget;
+        self.settings.budget = budget;
         self
     }
 
     /// Extend the lease at half its length while a handler runs (default on).
     pub fn heartbeat(mut self, heartbeat: bool) -> Self {
-        self.heartbeat = heartbeat;
+        self.settings.heartbeat = heartbeat;
         self
     }
 
     /// How long one receive waits for messages (default 5 s; at shutdown the
     /// consumer waits for the receive in progress and releases what it got).
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
+        self.settings.wait = wait;
         self
     }
 
     /// How long shutdown waits for running handlers (default 30 s).
     pub fn shutdown_deadline(mut self, deadline: Duration) -> Self {
-        self.shutdown_deadline = deadline;
+        self.settings.shutdown_deadline = deadline;
         self
     }
 
     /// How long inbox records are kept. By default the queue's redelivery
     /// horizon plus an hour; a shorter TTL is refused at start.
     pub fn inbox_ttl(mut self, ttl: Duration) -> Self {
-        self.inbox_ttl = Some(ttl);
+        self.settings.inbox_ttl = Some(ttl);
         self
     }
 
     /// Simulated crashes, for tests ([`crate::testing`]).
     pub fn faults(mut self, faults: Arc<Faults>) -> Self {
-        self.faults = Some(faults);
+        self.settings.faults = Some(faults);
         self
     }
 }
@@ -262,27 +249,38 @@ impl<T, I> ConsumerBuilder<T, I> {
 impl<T: Transport, I: Inbox> ConsumerBuilder<T, I> {
     /// The consumer.
     pub fn build(self) -> Result<Consumer<T, I>, ConsumerError> {
-        if self.name.is_empty() {
+        let Settings {
+            name,
+            effect_key,
+            concurrency,
+            retry,
+            budget,
+            heartbeat,
+            wait,
+            shutdown_deadline,
+            inbox_ttl,
+            faults,
+        } = self.settings;
+        if name.is_empty() {
             return Err(ConsumerError::Missing("a name"));
         }
         Ok(Consumer {
             inner: Arc::new(Shared {
-                name: self.name,
+                name,
                 transport: self.transport,
                 inbox: self.inbox,
-                effect_key: self
-                    .effect_key
+                effect_key: effect_key
                     .unwrap_or_else(|| Arc::new(|message: &Message| message.id.clone())),
-                retry: self.retry,
-                budget: self.budget,
-                heartbeat: self.heartbeat,
-                faults: self.faults,
+                retry,
+                budget,
+                heartbeat,
+                faults,
                 stats: ConsumerStats::default(),
             }),
-            concurrency: self.concurrency,
-            wait: self.wait,
-            shutdown_deadline: self.shutdown_deadline,
-            inbox_ttl: self.inbox_ttl,
+            concurrency,
+            wait,
+            shutdown_deadline,
+            inbox_ttl,
         })
     }
 }
@@ -345,18 +343,20 @@ impl Consumer<(), ()> {
     /// so consumers of one database keep separate inboxes).
     pub fn builder(name: impl Into<String>) -> ConsumerBuilder {
         ConsumerBuilder {
-            name: name.into(),
             transport: (),
             inbox: (),
-            effect_key: None,
-            concurrency: 16,
-            retry: RetryPolicy::default(),
-            budget: RetryBudget::default(),
-            heartbeat: true,
-            wait: Duration::from_secs(5),
-            shutdown_deadline: Duration::from_secs(30),
-            inbox_ttl: None,
-            faults: None,
+            settings: Settings {
+                name: name.into(),
+                effect_key: None,
+                concurrency: 16,
+                retry: RetryPolicy::default(),
+                budget: RetryBudget::default(),
+                heartbeat: true,
+                wait: Duration::from_secs(5),
+                shutdown_deadline: Duration::from_secs(30),
+                inbox_ttl: None,
+                faults: None,
+            },
         }
     }
 }

@@ -562,6 +562,34 @@ fn consumer_faults(enabled: bool) -> Arc<Faults> {
     Arc::new(faults)
 }
 
+/// A consumer keyed on outbox event ids (so a republished event is a
+/// duplicate), crashing at random when `faults` says so.
+fn flaky_consumer<A: AppDb>(
+    name: &str,
+    transport: UnreliableTransport<SqsTransport>,
+    app: &A,
+    faults: bool,
+) -> anyhow::Result<Consumer<UnreliableTransport<SqsTransport>, A::Inbox>> {
+    Ok(Consumer::builder(name)
+        .transport(transport)
+        .inbox(app.inbox())
+        .effect_key(|message: &Message| {
+            message
+                .attribute(EVENT_ID_ATTRIBUTE)
+                .unwrap_or(&message.id)
+                .to_owned()
+        })
+        .concurrency(8)
+        .retry(RetryPolicy::exponential(
+            1_000,
+            Duration::from_millis(100),
+            Duration::from_secs(1),
+        ))
+        .wait(Duration::from_millis(200))
+        .faults(consumer_faults(faults))
+        .build()?)
+}
+
 /// Runs the example with SQLite or PostgreSQL, as `config` says.
 pub async fn run(config: Config) -> anyhow::Result<Report> {
     match &config.postgres {
@@ -676,55 +704,29 @@ async fn run_on<A: AppDb>(app: A, config: Config) -> anyhow::Result<Report> {
         .timeout(Duration::from_millis(300))
         .retry_budget(5);
     let duplicate_rate = if config.faults { 0.1 } else { 0.0 };
-    let by_event_id = |message: &Message| {
-        message
-            .attribute(EVENT_ID_ATTRIBUTE)
-            .unwrap_or(&message.id)
-            .to_owned()
+    let unreliable = |queue: &str| {
+        UnreliableTransport::new(
+            SqsTransport::new(client.clone(), queue).with_ackbox_extensions(&endpoint),
+        )
+        .duplicating(duplicate_rate)
     };
-    let payment_consumer = Arc::new(
-        Consumer::builder("payments")
-            .transport(
-                UnreliableTransport::new(
-                    SqsTransport::new(client.clone(), &payments_queue)
-                        .with_ackbox_extensions(&endpoint),
-                )
-                .duplicating(duplicate_rate),
-            )
-            .inbox(app.inbox())
-            .effect_key(by_event_id)
-            .concurrency(8)
-            .retry(RetryPolicy::exponential(
-                1_000,
-                Duration::from_millis(100),
-                Duration::from_secs(1),
-            ))
-            .wait(Duration::from_millis(200))
-            .faults(consumer_faults(config.faults))
-            .build()?,
-    );
-    let mut statuses_transport = UnreliableTransport::new(
-        SqsTransport::new(client.clone(), &status_queue).with_ackbox_extensions(&endpoint),
-    )
-    .duplicating(duplicate_rate);
-    if config.faults {
-        statuses_transport = statuses_transport.reordering();
-    }
-    let status_consumer = Arc::new(
-        Consumer::builder("order-status")
-            .transport(statuses_transport)
-            .inbox(app.inbox())
-            .effect_key(by_event_id)
-            .concurrency(8)
-            .retry(RetryPolicy::exponential(
-                1_000,
-                Duration::from_millis(100),
-                Duration::from_secs(1),
-            ))
-            .wait(Duration::from_millis(200))
-            .faults(consumer_faults(config.faults))
-            .build()?,
-    );
+    let payment_consumer = Arc::new(flaky_consumer(
+        "payments",
+        unreliable(&payments_queue),
+        &app,
+        config.faults,
+    )?);
+    let statuses_transport = if config.faults {
+        unreliable(&status_queue).reordering()
+    } else {
+        unreliable(&status_queue)
+    };
+    let status_consumer = Arc::new(flaky_consumer(
+        "order-status",
+        statuses_transport,
+        &app,
+        config.faults,
+    )?);
     let payments_task = {
         let handler = Payments::<A> {
             effects: effects.clone(),

@@ -93,3 +93,105 @@ pub(crate) fn judge(stored: Option<(String, Option<String>)>, request: &ClaimReq
         None => Claim::Duplicate { result: None },
     }
 }
+
+/// Implements [`Inbox`] for one database. The SQL is the same text on
+/// both (`$n` parameters in order of first use, `ON CONFLICT`); what
+/// differs — creating the table, and how a purge names rows — comes from
+/// the invoking module's `migrate` and `PURGE_EXPIRED`.
+macro_rules! sql_inbox {
+    ($inbox:ident, $database:ty, $pool:ty, $name:literal, $note:literal) => {
+        #[doc = concat!("An inbox in the application's ", $name, " database (table `ackbox_inbox`).", $note)]
+        #[derive(Debug, Clone)]
+        pub struct $inbox {
+            pool: $pool,
+        }
+
+        impl $inbox {
+            /// An inbox on `pool`, the pool the application's handlers write with.
+            pub fn new(pool: $pool) -> Self {
+                Self { pool }
+            }
+
+            /// The application's pool.
+            pub fn pool(&self) -> &$pool {
+                &self.pool
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::inbox::Inbox for $inbox {
+            type Database = $database;
+
+            async fn migrate(&self) -> Result<(), sqlx::Error> {
+                migrate(&self.pool).await
+            }
+
+            async fn begin(&self) -> Result<sqlx::Transaction<'static, $database>, sqlx::Error> {
+                self.pool.begin().await
+            }
+
+            async fn claim(
+                &self,
+                transaction: &mut sqlx::Transaction<'static, $database>,
+                request: $crate::inbox::ClaimRequest<'_>,
+            ) -> Result<$crate::inbox::Claim, sqlx::Error> {
+                // Waits on a concurrent uncommitted claim of the same key,
+                // then inserts (it rolled back) or does nothing (it committed).
+                let inserted = sqlx::query(
+                    "INSERT INTO ackbox_inbox
+                         (consumer, effect_key, fingerprint, message_id, processed_at, expires_at)
+                     VALUES ($1, $2, $3, $4, $5, $6)
+                     ON CONFLICT (consumer, effect_key) DO NOTHING",
+                )
+                .bind(request.consumer)
+                .bind(request.effect_key)
+                .bind(request.fingerprint)
+                .bind(request.message_id)
+                .bind(request.now_ms)
+                .bind(request.expires_at_ms)
+                .execute(&mut **transaction)
+                .await?
+                .rows_affected();
+                if inserted == 1 {
+                    return Ok($crate::inbox::Claim::Fresh);
+                }
+                let stored: Option<(String, Option<String>)> = sqlx::query_as(
+                    "SELECT fingerprint, result FROM ackbox_inbox WHERE consumer = $1 AND effect_key = $2",
+                )
+                .bind(request.consumer)
+                .bind(request.effect_key)
+                .fetch_optional(&mut **transaction)
+                .await?;
+                Ok($crate::inbox::judge(stored, &request))
+            }
+
+            async fn store_result(
+                &self,
+                transaction: &mut sqlx::Transaction<'static, $database>,
+                consumer: &str,
+                effect_key: &str,
+                result: &str,
+            ) -> Result<(), sqlx::Error> {
+                sqlx::query(
+                    "UPDATE ackbox_inbox SET result = $1 WHERE consumer = $2 AND effect_key = $3",
+                )
+                .bind(result)
+                .bind(consumer)
+                .bind(effect_key)
+                .execute(&mut **transaction)
+                .await
+                .map(drop)
+            }
+
+            async fn purge_expired(&self, now_ms: i64) -> Result<u64, sqlx::Error> {
+                Ok(sqlx::query(PURGE_EXPIRED)
+                    .bind(now_ms)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected())
+            }
+        }
+    };
+}
+
+use sql_inbox;

@@ -267,3 +267,152 @@ impl<O: Outbox, P: Publisher> OutboxRelay<O, P> {
         }
     }
 }
+
+/// Implements [`Outbox`] for one database: the same SQL text on both, with
+/// the invoking module's `migrate`, `begin_relay` (how a relay pass takes
+/// its transaction) and the row-lock clause of the pass's select.
+macro_rules! sql_outbox {
+    ($outbox:ident, $database:ty, $pool:ty, $name:literal, $note:literal, $lock:literal) => {
+        #[doc = concat!("An outbox in the application's ", $name, " database (table `ackbox_outbox`).", $note)]
+        #[derive(Debug, Clone)]
+        pub struct $outbox {
+            pool: $pool,
+        }
+
+        impl $outbox {
+            /// An outbox on `pool`, the pool the application writes with.
+            pub fn new(pool: $pool) -> Self {
+                Self { pool }
+            }
+        }
+
+        type Row = (String, String, String, String, Option<String>, i64);
+
+        fn pending((event_id, destination, body, attributes, group_id, attempts): Row) -> PendingEvent {
+            PendingEvent {
+                event_id,
+                event: OutboxEvent {
+                    destination,
+                    body,
+                    group_id,
+                    // Written by `enqueue` from a map of strings; unreadable JSON
+                    // would be a foreign write, published without attributes.
+                    attributes: serde_json::from_str(&attributes).unwrap_or_default(),
+                },
+                attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+            }
+        }
+
+        #[async_trait]
+        impl $crate::outbox::Outbox for $outbox {
+            type Database = $database;
+
+            async fn migrate(&self) -> Result<(), sqlx::Error> {
+                migrate(&self.pool).await
+            }
+
+            async fn enqueue(
+                &self,
+                transaction: &mut Transaction<'static, $database>,
+                event: OutboxEvent,
+            ) -> Result<String, sqlx::Error> {
+                let event_id = new_event_id();
+                let now = now_ms();
+                sqlx::query(
+                    "INSERT INTO ackbox_outbox
+                         (event_id, destination, body, attributes, group_id, created_at, next_attempt_at)
+                     VALUES ($1, $2, $3, $4, $5, $6, $6)",
+                )
+                .bind(&event_id)
+                .bind(&event.destination)
+                .bind(&event.body)
+                .bind(serde_json::to_string(&event.attributes).expect("a map of strings serializes"))
+                .bind(&event.group_id)
+                .bind(now)
+                .execute(&mut **transaction)
+                .await?;
+                Ok(event_id)
+            }
+
+            async fn relay_pass(
+                &self,
+                publisher: &dyn Publisher,
+                limit: u32,
+                retry: &RetryPolicy,
+                faults: Option<&Faults>,
+            ) -> Result<RelayPass, sqlx::Error> {
+                let now = now_ms();
+                let mut transaction = begin_relay(&self.pool).await?;
+                let rows: Vec<Row> = sqlx::query_as(concat!(
+                    "SELECT event_id, destination, body, attributes, group_id, CAST(attempts AS BIGINT)
+                     FROM ackbox_outbox
+                     WHERE published_at IS NULL AND next_attempt_at <= $1
+                     ORDER BY created_at, event_id LIMIT $2",
+                    $lock
+                ))
+                .bind(now)
+                .bind(i64::from(limit))
+                .fetch_all(&mut *transaction)
+                .await?;
+                if rows.is_empty() {
+                    transaction.rollback().await?;
+                    return Ok(RelayPass::default());
+                }
+                let events: Vec<PendingEvent> = rows.into_iter().map(pending).collect();
+                let Some(results) = publish(publisher, &events, faults).await else {
+                    transaction.rollback().await?;
+                    return Ok(RelayPass {
+                        crashed: true,
+                        ..RelayPass::default()
+                    });
+                };
+                let mut pass = RelayPass::default();
+                for (event, result) in events.iter().zip(results) {
+                    match result {
+                        Ok(()) => {
+                            sqlx::query(
+                                "UPDATE ackbox_outbox SET published_at = $1, attempts = attempts + 1
+                                 WHERE event_id = $2",
+                            )
+                            .bind(now)
+                            .bind(&event.event_id)
+                            .execute(&mut *transaction)
+                            .await?;
+                            pass.published += 1;
+                        }
+                        Err(error) => {
+                            tracing::warn!(event_id = %event.event_id, %error, "outbox publication failed; will retry");
+                            sqlx::query(
+                                "UPDATE ackbox_outbox
+                                 SET attempts = attempts + 1, next_attempt_at = $1, last_error = $2
+                                 WHERE event_id = $3",
+                            )
+                            .bind(next_attempt_at(now, event.attempts + 1, retry))
+                            .bind(&error)
+                            .bind(&event.event_id)
+                            .execute(&mut *transaction)
+                            .await?;
+                            pass.failed += 1;
+                        }
+                    }
+                }
+                transaction.commit().await?;
+                Ok(pass)
+            }
+
+            async fn backlog(&self) -> Result<Backlog, sqlx::Error> {
+                let (unpublished, oldest): (i64, Option<i64>) = sqlx::query_as(
+                    "SELECT COUNT(*), MIN(created_at) FROM ackbox_outbox WHERE published_at IS NULL",
+                )
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(Backlog {
+                    unpublished: unpublished.unsigned_abs(),
+                    oldest_created_at_ms: oldest,
+                })
+            }
+        }
+    };
+}
+
+use sql_outbox;

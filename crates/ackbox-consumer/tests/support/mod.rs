@@ -200,17 +200,10 @@ async fn attribute(client: &Client, url: &str, name: QueueAttributeName) -> Stri
 
 /// An application database with a ledger table that has no unique
 /// constraint, so a doubled effect shows as a second row.
+/// The ledger's SQL, the same text on both databases.
 #[async_trait]
-pub trait Backend: Send + Sync + Sized + 'static {
+pub trait LedgerSql {
     type Db: Database;
-    type Inbox: Inbox<Database = Self::Db> + Clone;
-    type Outbox: Outbox<Database = Self::Db> + Clone;
-    type Effects: EffectStore + VersionStore<Database = Self::Db> + Clone;
-    /// `None` when the database is not available here (the test is skipped).
-    async fn start() -> Option<Self>;
-    fn inbox(&self) -> Self::Inbox;
-    fn outbox(&self) -> Self::Outbox;
-    fn effect_store(&self) -> Self::Effects;
     async fn record(
         transaction: &mut Transaction<'static, Self::Db>,
         key: &str,
@@ -220,6 +213,63 @@ pub trait Backend: Send + Sync + Sized + 'static {
     async fn distinct_effects(&self) -> i64;
 }
 
+macro_rules! ledger_sql {
+    ($backend:ty, $db:ty) => {
+        #[async_trait]
+        impl LedgerSql for $backend {
+            type Db = $db;
+
+            async fn record(
+                transaction: &mut Transaction<'static, $db>,
+                key: &str,
+            ) -> Result<(), sqlx::Error> {
+                sqlx::query("INSERT INTO ledger (effect_key) VALUES ($1)")
+                    .bind(key)
+                    .execute(&mut **transaction)
+                    .await
+                    .map(drop)
+            }
+
+            async fn effects(&self, key: &str) -> i64 {
+                sqlx::query_scalar("SELECT COUNT(*) FROM ledger WHERE effect_key = $1")
+                    .bind(key)
+                    .fetch_one(&self.pool)
+                    .await
+                    .unwrap()
+            }
+
+            async fn total_effects(&self) -> i64 {
+                sqlx::query_scalar("SELECT COUNT(*) FROM ledger")
+                    .fetch_one(&self.pool)
+                    .await
+                    .unwrap()
+            }
+
+            async fn distinct_effects(&self) -> i64 {
+                sqlx::query_scalar("SELECT COUNT(DISTINCT effect_key) FROM ledger")
+                    .fetch_one(&self.pool)
+                    .await
+                    .unwrap()
+            }
+        }
+    };
+}
+
+ledger_sql!(SqliteBackend, Sqlite);
+ledger_sql!(PostgresBackend, Postgres);
+
+#[async_trait]
+pub trait Backend: LedgerSql + Send + Sync + Sized + 'static {
+    type Inbox: Inbox<Database = Self::Db> + Clone;
+    type Outbox: Outbox<Database = Self::Db> + Clone;
+    type Effects: EffectStore + VersionStore<Database = Self::Db> + Clone;
+    /// `None` when the database is not available here (the test is skipped).
+    async fn start() -> Option<Self>;
+    fn inbox(&self) -> Self::Inbox;
+    fn outbox(&self) -> Self::Outbox;
+    fn effect_store(&self) -> Self::Effects;
+}
+
 pub struct SqliteBackend {
     pool: sqlx::SqlitePool,
     _dir: tempfile::TempDir,
@@ -227,7 +277,6 @@ pub struct SqliteBackend {
 
 #[async_trait]
 impl Backend for SqliteBackend {
-    type Db = Sqlite;
     type Inbox = SqliteInbox;
     type Outbox = SqliteOutbox;
     type Effects = SqliteEffectStore;
@@ -262,39 +311,6 @@ impl Backend for SqliteBackend {
     fn effect_store(&self) -> SqliteEffectStore {
         SqliteEffectStore::new(self.pool.clone())
     }
-
-    async fn record(
-        transaction: &mut Transaction<'static, Sqlite>,
-        key: &str,
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query("INSERT INTO ledger (effect_key) VALUES (?1)")
-            .bind(key)
-            .execute(&mut **transaction)
-            .await
-            .map(drop)
-    }
-
-    async fn effects(&self, key: &str) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM ledger WHERE effect_key = ?1")
-            .bind(key)
-            .fetch_one(&self.pool)
-            .await
-            .unwrap()
-    }
-
-    async fn total_effects(&self) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM ledger")
-            .fetch_one(&self.pool)
-            .await
-            .unwrap()
-    }
-
-    async fn distinct_effects(&self) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(DISTINCT effect_key) FROM ledger")
-            .fetch_one(&self.pool)
-            .await
-            .unwrap()
-    }
 }
 
 /// Each test gets its own schema in the test database.
@@ -306,7 +322,6 @@ static SCHEMAS: AtomicU64 = AtomicU64::new(0);
 
 #[async_trait]
 impl Backend for PostgresBackend {
-    type Db = Postgres;
     type Inbox = PgInbox;
     type Outbox = PgOutbox;
     type Effects = PgEffectStore;
@@ -364,39 +379,6 @@ impl Backend for PostgresBackend {
 
     fn effect_store(&self) -> PgEffectStore {
         PgEffectStore::new(self.pool.clone())
-    }
-
-    async fn record(
-        transaction: &mut Transaction<'static, Postgres>,
-        key: &str,
-    ) -> Result<(), sqlx::Error> {
-        sqlx::query("INSERT INTO ledger (effect_key) VALUES ($1)")
-            .bind(key)
-            .execute(&mut **transaction)
-            .await
-            .map(drop)
-    }
-
-    async fn effects(&self, key: &str) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM ledger WHERE effect_key = $1")
-            .bind(key)
-            .fetch_one(&self.pool)
-            .await
-            .unwrap()
-    }
-
-    async fn total_effects(&self) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM ledger")
-            .fetch_one(&self.pool)
-            .await
-            .unwrap()
-    }
-
-    async fn distinct_effects(&self) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(DISTINCT effect_key) FROM ledger")
-            .fetch_one(&self.pool)
-            .await
-            .unwrap()
     }
 }
 
