@@ -677,49 +677,22 @@ async fn a_duplicate_gets_the_result_the_first_run_stored<B: Backend>(backend: B
     );
 }
 
-macro_rules! consumer_suite {
-    ($backend:ty; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $case() {
-                if let Some(backend) = <$backend as Backend>::start().await {
-                    super::$case::<$backend>(backend).await;
-                }
-            }
-        )*
-    };
-}
-
-macro_rules! every_case {
-    ($backend:ty) => {
-        consumer_suite!($backend;
-            worker_crash_after_commit_before_ack_is_a_duplicate_no_op,
-            worker_crash_before_commit_applies_the_effect_once,
-            visibility_too_short_a_concurrent_duplicate_does_not_double_commit,
-            duplicate_delivery_has_one_business_effect,
-            schema_incompatible_message_goes_to_the_dead_letter_queue_with_its_reason,
-            dependency_down_retries_are_bounded_backed_off_and_visible,
-            batch_partial_failure_does_not_redo_the_others,
-            redrive_of_already_applied_messages_is_skipped,
-            a_heartbeat_keeps_a_long_handler_s_lease,
-            shutdown_gives_back_what_it_could_not_finish,
-            an_inbox_ttl_shorter_than_the_redelivery_horizon_is_refused,
-            the_same_key_with_another_payload_is_quarantined,
-            soak_10000_messages_through_crashes_and_duplicates_make_10000_effects,
-            without_ackbox_extensions_failures_use_plain_sqs_calls,
-            a_lost_lease_is_never_acknowledged_twice,
-            expired_inbox_records_are_purged,
-            a_duplicate_gets_the_result_the_first_run_stored,
-        );
-    };
-}
-
-mod sqlite {
-    use super::support::{Backend, SqliteBackend};
-    every_case!(SqliteBackend);
-}
-
-mod postgres {
-    use super::support::{Backend, PostgresBackend};
-    every_case!(PostgresBackend);
-}
+support::for_each_backend!(
+    worker_crash_after_commit_before_ack_is_a_duplicate_no_op,
+    worker_crash_before_commit_applies_the_effect_once,
+    visibility_too_short_a_concurrent_duplicate_does_not_double_commit,
+    duplicate_delivery_has_one_business_effect,
+    schema_incompatible_message_goes_to_the_dead_letter_queue_with_its_reason,
+    dependency_down_retries_are_bounded_backed_off_and_visible,
+    batch_partial_failure_does_not_redo_the_others,
+    redrive_of_already_applied_messages_is_skipped,
+    a_heartbeat_keeps_a_long_handler_s_lease,
+    shutdown_gives_back_what_it_could_not_finish,
+    an_inbox_ttl_shorter_than_the_redelivery_horizon_is_refused,
+    the_same_key_with_another_payload_is_quarantined,
+    soak_10000_messages_through_crashes_and_duplicates_make_10000_effects,
+    without_ackbox_extensions_failures_use_plain_sqs_calls,
+    a_lost_lease_is_never_acknowledged_twice,
+    expired_inbox_records_are_purged,
+    a_duplicate_gets_the_result_the_first_run_stored,
+);

@@ -436,36 +436,9 @@ async fn a_replay_triggers_no_irreversible_effect<B: Backend>(backend: B) {
     assert_eq!(backend.effects("projected").await, 1);
 }
 
-macro_rules! suite {
-    ($backend:ty; $($case:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn $case() {
-                if let Some(backend) = <$backend as Backend>::start().await {
-                    super::$case::<$backend>(backend).await;
-                }
-            }
-        )*
-    };
-}
-
-macro_rules! every_case {
-    ($backend:ty) => {
-        suite!($backend;
-            outbox_relay_publishing_an_event_twice_is_absorbed_by_the_inbox,
-            external_api_timeout_is_unknown_then_reconciled_never_a_blind_second_charge,
-            out_of_order_events_leave_the_projection_at_the_newest_version,
-            a_replay_triggers_no_irreversible_effect,
-        );
-    };
-}
-
-mod sqlite {
-    use super::support::{Backend, SqliteBackend};
-    every_case!(SqliteBackend);
-}
-
-mod postgres {
-    use super::support::{Backend, PostgresBackend};
-    every_case!(PostgresBackend);
-}
+support::for_each_backend!(
+    outbox_relay_publishing_an_event_twice_is_absorbed_by_the_inbox,
+    external_api_timeout_is_unknown_then_reconciled_never_a_blind_second_charge,
+    out_of_order_events_leave_the_projection_at_the_newest_version,
+    a_replay_triggers_no_irreversible_effect,
+);

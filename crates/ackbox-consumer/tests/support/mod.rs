@@ -502,3 +502,29 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Instantiates the listed cases (`async fn case<B: Backend>(backend: B)` in
+/// the test file's root) once per database: `sqlite::case` always,
+/// `postgres::case` when PostgreSQL is configured (STYLE T2).
+macro_rules! for_each_backend {
+    ($($case:ident),* $(,)?) => {
+        mod sqlite {
+            $crate::support::for_each_backend!(@cases $crate::support::SqliteBackend; $($case),*);
+        }
+        mod postgres {
+            $crate::support::for_each_backend!(@cases $crate::support::PostgresBackend; $($case),*);
+        }
+    };
+    (@cases $backend:ty; $($case:ident),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                if let Some(backend) = <$backend as $crate::support::Backend>::start().await {
+                    super::$case::<$backend>(backend).await;
+                }
+            }
+        )*
+    };
+}
+
+pub(crate) use for_each_backend;
