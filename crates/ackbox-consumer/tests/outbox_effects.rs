@@ -436,9 +436,87 @@ async fn a_replay_triggers_no_irreversible_effect<B: Backend>(backend: B) {
     assert_eq!(backend.effects("projected").await, 1);
 }
 
+async fn several_relays_publish_each_event_once_and_fifo_queues_drop_republished_copies<
+    B: Backend,
+>(
+    backend: B,
+) {
+    let broker = Broker::start(30, 10).await;
+    let outbox = backend.outbox();
+    outbox.migrate().await.unwrap();
+    let mut transaction = backend.inbox().begin().await.unwrap();
+    for index in 0..200 {
+        outbox
+            .enqueue(
+                &mut transaction,
+                OutboxEvent::new(&broker.url, body(&format!("e{index}"))),
+            )
+            .await
+            .unwrap();
+    }
+    transaction.commit().await.unwrap();
+    // Three relays at once, small batches: they must share the work, not repeat it.
+    let relays: Vec<_> = (0..3)
+        .map(|_| {
+            let relay = OutboxRelay::new(outbox.clone(), SqsPublisher::new(broker.client.clone()))
+                .batch(10);
+            tokio::spawn(async move {
+                let mut published = 0;
+                loop {
+                    let pass = relay.run_once().await.unwrap();
+                    if pass.published == 0 {
+                        return published;
+                    }
+                    published += pass.published;
+                }
+            })
+        })
+        .collect();
+    let mut published = 0;
+    for relay in relays {
+        published += relay.await.unwrap();
+    }
+    assert_eq!(published, 200, "each event published by exactly one relay");
+    assert_eq!(broker.depth(&broker.url).await.0, 200);
+
+    // On a FIFO queue the event id is the deduplication id: a relay that
+    // dies after publishing republishes into the broker's dedup window.
+    let fifo = broker
+        .client
+        .create_queue()
+        .queue_name("events.fifo")
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let mut transaction = backend.inbox().begin().await.unwrap();
+    let event_id = outbox
+        .enqueue(
+            &mut transaction,
+            OutboxEvent::new(&fifo, body("fifo")).group("order-1"),
+        )
+        .await
+        .unwrap();
+    transaction.commit().await.unwrap();
+    let faults = Arc::new(Faults::new());
+    faults.crash_once(CrashPoint::AfterPublishBeforeMark, &event_id);
+    let relay =
+        OutboxRelay::new(outbox.clone(), SqsPublisher::new(broker.client.clone())).faults(faults);
+    assert!(relay.run_once().await.unwrap().crashed);
+    assert_eq!(relay.run_once().await.unwrap().published, 1);
+    assert_eq!(
+        broker.depth(&fifo).await.0,
+        1,
+        "the broker dropped the second copy"
+    );
+}
+
 support::for_each_backend!(
     outbox_relay_publishing_an_event_twice_is_absorbed_by_the_inbox,
     external_api_timeout_is_unknown_then_reconciled_never_a_blind_second_charge,
     out_of_order_events_leave_the_projection_at_the_newest_version,
     a_replay_triggers_no_irreversible_effect,
+    several_relays_publish_each_event_once_and_fifo_queues_drop_republished_copies,
 );
