@@ -75,6 +75,28 @@ pub(crate) struct Inner {
     pub(crate) tasks: TaskTracker,
 }
 
+/// One queue's message counts at one instant.
+#[derive(Debug, Clone)]
+pub struct QueueDepth {
+    /// The queue.
+    pub name: QueueName,
+    /// Whether some queue's redrive policy names it.
+    pub dead_letter_queue: bool,
+    /// Visible, in-flight and delayed messages, and the oldest send.
+    pub stats: crate::store::QueueStats,
+    /// When it was counted.
+    pub now: Timestamp,
+}
+
+impl QueueDepth {
+    /// Seconds since the oldest message was sent (0 when empty).
+    pub fn oldest_age_seconds(&self) -> f64 {
+        self.stats
+            .oldest_sent_at
+            .map_or(0.0, |sent_at| (self.now - sent_at).max(0) as f64 / 1_000.0)
+    }
+}
+
 /// The attributes GetQueueAttributes returns, by wire name.
 pub type AttributeMap = BTreeMap<String, String>;
 
@@ -330,6 +352,43 @@ impl Engine {
         self.inner.registry.remove(name.as_str());
         queue.mark_deleted();
         Ok(())
+    }
+
+    /// Every queue's message counts, for metrics: whether it is some queue's
+    /// dead-letter queue, and its visible / in-flight / delayed messages.
+    pub async fn queue_depths(&self) -> Result<Vec<QueueDepth>, EngineError> {
+        let queues = self.inner.registry.all();
+        let dead_letter_targets: std::collections::HashSet<String> = queues
+            .iter()
+            .filter_map(|queue| {
+                queue
+                    .snapshot()
+                    .attributes
+                    .redrive_policy
+                    .as_ref()
+                    .map(|policy| policy.dead_letter_target_arn.clone())
+            })
+            .collect();
+        let now = self.now();
+        let mut depths = Vec::with_capacity(queues.len());
+        for queue in queues {
+            let stats = self
+                .inner
+                .store
+                .queue_stats(QueueStatsParams {
+                    queue_id: queue.id,
+                    now,
+                })
+                .await?;
+            depths.push(QueueDepth {
+                dead_letter_queue: dead_letter_targets
+                    .contains(&self.realm().queue_arn(&queue.name)),
+                name: queue.name.clone(),
+                stats,
+                now,
+            });
+        }
+        Ok(depths)
     }
 
     /// GetQueueAttributes: the named attributes (`All` for every one).

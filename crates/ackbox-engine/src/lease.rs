@@ -11,6 +11,7 @@ use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_core::limits::MAX_VISIBILITY_TIMEOUT_SECONDS;
 use ackbox_core::queue_name::QueueName;
 
+use crate::counters;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::queue::Queue;
@@ -74,6 +75,7 @@ impl Engine {
         }
         .into_iter();
         let mut released = false;
+        let mut deleted = 0u64;
         let results = opened
             .into_iter()
             .zip(handles)
@@ -87,12 +89,14 @@ impl Engine {
                     )),
                     DeleteOutcome::Deleted => {
                         released = true;
+                        deleted += 1;
                         Ok(())
                     }
                     DeleteOutcome::AlreadyGone | DeleteOutcome::LeasedToAnother => Ok(()),
                 }
             })
             .collect();
+        counters::deleted(&queue.name, deleted);
         // On a FIFO queue a delete may unblock the message's group.
         if released && queue.snapshot().attributes.is_fifo() {
             queue.arrivals.notify_waiters();

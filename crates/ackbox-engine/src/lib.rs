@@ -40,6 +40,7 @@
 //! ```
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+mod counters;
 pub mod engine;
 pub mod error;
 mod lease;

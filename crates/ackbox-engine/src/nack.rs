@@ -119,6 +119,7 @@ impl Engine {
                 Ok(NackDisposition::Retried)
             }
             NackOutcome::DeadLettered => {
+                crate::counters::dead_lettered(&queue.name, 1);
                 if let Some((dlq, _)) = dead_letter_queue {
                     dlq.arrivals.notify_one();
                 }

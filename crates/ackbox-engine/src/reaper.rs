@@ -7,6 +7,7 @@
 
 use ackbox_core::limits::{FIFO_DEDUPLICATION_WINDOW_SECONDS, RECEIVE_ATTEMPT_WINDOW_SECONDS};
 
+use crate::counters;
 use crate::engine::Engine;
 use crate::store::MessageExpireParams;
 
@@ -43,6 +44,7 @@ impl Engine {
             };
             match self.inner.store.message_expire(params).await {
                 Ok(expired) => {
+                    counters::expired(&queue.name, expired);
                     if expired > 0 {
                         tracing::debug!(queue = %queue.name, expired, "dropped messages past retention");
                     }

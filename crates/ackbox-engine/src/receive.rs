@@ -23,6 +23,7 @@ use ackbox_core::queue_name::QueueName;
 use ackbox_core::receipt::ReceiptClaims;
 use tokio::time::Instant;
 
+use crate::counters;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::queue::Queue;
@@ -321,6 +322,18 @@ impl Engine {
                     dlq.arrivals.notify_one();
                 }
             }
+            counters::expired(&queue.name, outcome.expired);
+            counters::dead_lettered(&queue.name, outcome.dead_lettered);
+            let redelivered = outcome
+                .messages
+                .iter()
+                .filter(|message| message.receive_count > 1)
+                .count();
+            counters::received(
+                &queue.name,
+                outcome.messages.len() as u64,
+                redelivered as u64,
+            );
             if !outcome.messages.is_empty() {
                 return Ok(outcome
                     .messages

@@ -16,6 +16,7 @@ use ackbox_core::message::{
 };
 use ackbox_core::queue_name::QueueName;
 
+use crate::counters;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::queue::Queue;
@@ -247,6 +248,12 @@ impl Engine {
         // waking every poller on every send costs a store round trip each.
         // Delayed messages wake a poller too: it learns when the next message
         // becomes visible and sleeps exactly until then.
+        let duplicates = inserted.iter().filter(|message| message.duplicate).count();
+        counters::sent(
+            &queue.name,
+            (inserted.len() - duplicates) as u64,
+            duplicates as u64,
+        );
         for _ in inserted.iter().filter(|message| !message.duplicate) {
             queue.arrivals.notify_one();
         }

@@ -37,6 +37,7 @@ pub struct AppState {
 pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/metrics", get(crate::telemetry::metrics))
         .fallback(api)
         .with_state(state)
 }
@@ -76,6 +77,7 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
             Err(error) => Err(ApiError::Sqs(error)),
         };
         let response = result.unwrap_or_else(IntoResponse::into_response);
+        crate::telemetry::request_finished(action_name, response.status(), started.elapsed());
         tracing::debug!(
             status = response.status().as_u16(),
             duration_ms = started.elapsed().as_secs_f64() * 1_000.0,
@@ -133,7 +135,7 @@ pub async fn serve(
     let stop_waiting = engine.shutdown_token();
     let local: Option<SocketAddr> = listener.local_addr().ok();
     tracing::info!(address = ?local, "serving the SQS API");
-    let served = axum::serve(listener, app(state))
+    let served = axum::serve(crate::telemetry::CountingListener(listener), app(state))
         .with_graceful_shutdown(async move {
             shutdown.await;
             // Long polls return empty now instead of holding shutdown for 20 s.

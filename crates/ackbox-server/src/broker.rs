@@ -80,6 +80,8 @@ impl RunningBroker {
             data_dir: config.data_dir.display().to_string(),
             source,
         };
+        // Installed before anything is counted, so no early count is lost.
+        crate::telemetry::recorder();
         let receipt_key = load_or_create_receipt_key(&config.data_dir).map_err(store_error)?;
         let store = SqliteStore::open(&config.data_dir, config.durability).map_err(store_error)?;
         let mut engine_config = EngineConfig::new(receipt_key);

@@ -29,6 +29,7 @@ pub mod broker;
 pub mod error;
 pub mod protocol;
 pub mod shutdown;
+pub mod telemetry;
 
 /// Why serving stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -359,6 +359,8 @@ impl WriterLoop {
     }
 
     fn commit(&mut self, batch: Vec<Pending>) {
+        let started = std::time::Instant::now();
+        let jobs = batch.len();
         let durable = batch
             .iter()
             .any(|pending| pending.commit == Commit::Durable);
@@ -421,7 +423,11 @@ impl WriterLoop {
             return;
         }
         let committed = match self.execute("COMMIT") {
-            Ok(()) => true,
+            Ok(()) => {
+                metrics::histogram!("ackbox_store_commit_seconds").record(started.elapsed());
+                metrics::histogram!("ackbox_store_group_commit_jobs").record(jobs as f64);
+                true
+            }
             Err(error) => {
                 tracing::error!(%error, jobs = completions.len(), "group commit failed; no job is acknowledged");
                 if let Err(error) = self.execute("ROLLBACK") {

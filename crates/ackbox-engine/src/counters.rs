@@ -1,0 +1,43 @@
+//! The engine's counters, exported by the server as `ackbox_*` metrics.
+//!
+//! Labels stay low in cardinality: the queue name, never a message id.
+
+use ackbox_core::queue_name::QueueName;
+
+fn count(name: &'static str, queue: &QueueName, amount: u64) {
+    if amount > 0 {
+        metrics::counter!(name, "queue" => queue.to_string()).increment(amount);
+    }
+}
+
+/// Messages stored by sends, and sends a FIFO queue recognised as duplicates.
+pub(crate) fn sent(queue: &QueueName, stored: u64, duplicates: u64) {
+    count("ackbox_messages_sent_total", queue, stored);
+    count("ackbox_deduplicated_sends_total", queue, duplicates);
+}
+
+/// Messages leased by a receive; those received before are redeliveries.
+pub(crate) fn received(queue: &QueueName, leased: u64, redelivered: u64) {
+    count("ackbox_messages_received_total", queue, leased);
+    count("ackbox_messages_redelivered_total", queue, redelivered);
+}
+
+/// Messages deleted by their consumers.
+pub(crate) fn deleted(queue: &QueueName, deleted: u64) {
+    count("ackbox_messages_deleted_total", queue, deleted);
+}
+
+/// Messages dropped because they outlived the queue's retention.
+pub(crate) fn expired(queue: &QueueName, expired: u64) {
+    count("ackbox_messages_expired_total", queue, expired);
+}
+
+/// Messages moved from `queue` to its dead-letter queue.
+pub(crate) fn dead_lettered(queue: &QueueName, moved: u64) {
+    count("ackbox_messages_dead_lettered_total", queue, moved);
+}
+
+/// Messages a move task took out of the dead-letter queue `queue`.
+pub(crate) fn redriven(queue: &QueueName, moved: u64) {
+    count("ackbox_move_task_messages_moved_total", queue, moved);
+}

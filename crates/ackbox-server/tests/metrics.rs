@@ -1,0 +1,181 @@
+//! `GET /metrics` after real traffic: the counters, gauges and histograms an
+//! operator alarms on, in the Prometheus text format.
+
+use ackbox_testkit::client::create_queue;
+use ackbox_testkit::server::TestServer;
+use aws_sdk_sqs::types::QueueAttributeName;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn scrape(server: &TestServer) -> String {
+    let authority = server.url().trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    stream
+        .write_all(
+            format!("GET /metrics HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain"),
+        "{head}"
+    );
+    body.to_owned()
+}
+
+/// The value of the sample named `name` whose labels include every one of `labels`.
+fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .find(|line| labels.iter().all(|label| line.contains(label)))
+        .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_count_what_happened_and_show_queue_depths() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let dlq = create_queue(&client, "metrics-dlq").await;
+    let dlq_arn = client
+        .get_queue_attributes()
+        .queue_url(&dlq)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&QueueAttributeName::QueueArn]
+        .clone();
+    let url = client
+        .create_queue()
+        .queue_name("metrics-work")
+        .attributes(
+            QueueAttributeName::RedrivePolicy,
+            format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":1}}"#),
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for index in 0..3 {
+        client
+            .send_message()
+            .queue_url(&url)
+            .message_body(format!("m{index}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let received = client
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(2)
+        .visibility_timeout(0)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(received.messages().len(), 2);
+    // Received once with a zero lease: the next receive moves both to the
+    // dead-letter queue and delivers the third message.
+    let next = client
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    client
+        .delete_message()
+        .queue_url(&url)
+        .receipt_handle(next.messages()[0].receipt_handle().unwrap())
+        .send()
+        .await
+        .unwrap();
+    let bad = client
+        .send_message()
+        .queue_url(&url)
+        .message_body("")
+        .send()
+        .await;
+    assert!(bad.is_err());
+
+    let text = scrape(&server).await;
+    let work = "queue=\"metrics-work\"";
+    assert_eq!(
+        sample(&text, "ackbox_messages_sent_total", &[work]),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "ackbox_messages_received_total", &[work]),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample(&text, "ackbox_messages_deleted_total", &[work]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "ackbox_messages_dead_lettered_total", &[work]),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&text, "ackbox_queue_messages", &[work, "state=\"visible\""]),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "ackbox_dead_letter_queue_messages",
+            &["queue=\"metrics-dlq\""]
+        ),
+        Some(2.0)
+    );
+    assert!(
+        sample(
+            &text,
+            "ackbox_queue_oldest_message_age_seconds",
+            &["queue=\"metrics-dlq\""]
+        )
+        .is_some()
+    );
+    assert!(
+        sample(
+            &text,
+            "ackbox_request_duration_seconds_count",
+            &["action=\"SendMessage\"", "outcome=\"ok\""]
+        )
+        .is_some_and(|count| count >= 3.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "ackbox_request_duration_seconds_count",
+            &["action=\"SendMessage\"", "outcome=\"client_error\""]
+        ),
+        Some(1.0)
+    );
+    assert!(
+        sample(&text, "ackbox_store_commit_seconds_count", &[]).is_some_and(|count| count > 0.0)
+    );
+    assert!(
+        sample(&text, "ackbox_store_group_commit_jobs_count", &[]).is_some_and(|count| count > 0.0)
+    );
+    assert!(
+        sample(&text, "ackbox_process_resident_memory_bytes", &[]).is_some_and(|bytes| bytes > 1e6)
+    );
+    assert!(
+        sample(&text, "ackbox_open_connections", &[]).is_some_and(|open| open >= 1.0),
+        "the scrape's own connection"
+    );
+}
