@@ -51,7 +51,12 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let action = json::target(&parts.headers).and_then(str::parse::<Action>);
     let action_name = action.as_ref().map_or("unknown", |action| action.name());
-    let span = tracing::debug_span!("request", %request_id, action = %action_name);
+    let span = tracing::debug_span!(
+        "request",
+        %request_id,
+        action = %action_name,
+        queue = tracing::field::Empty
+    );
     let mut response = async {
         // Query-protocol clients also use GET with the action in the query
         // string; they get the same explanation in the XML shape they parse.
@@ -78,11 +83,25 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
         };
         let response = result.unwrap_or_else(IntoResponse::into_response);
         crate::telemetry::request_finished(action_name, response.status(), started.elapsed());
-        tracing::debug!(
-            status = response.status().as_u16(),
-            duration_ms = started.elapsed().as_secs_f64() * 1_000.0,
-            "request finished"
-        );
+        let status = response.status();
+        let outcome = crate::telemetry::outcome(status);
+        let duration_ms = started.elapsed().as_secs_f64() * 1_000.0;
+        // Client errors are the client's business; server errors are ours.
+        if status.is_server_error() {
+            tracing::error!(
+                status = status.as_u16(),
+                outcome,
+                duration_ms,
+                "request finished"
+            );
+        } else {
+            tracing::debug!(
+                status = status.as_u16(),
+                outcome,
+                duration_ms,
+                "request finished"
+            );
+        }
         response
     }
     .instrument(span)

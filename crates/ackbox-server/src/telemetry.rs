@@ -56,15 +56,19 @@ pub(crate) fn request_finished(
     status: StatusCode,
     elapsed: std::time::Duration,
 ) {
-    let outcome = if status.is_success() {
+    metrics::histogram!("ackbox_request_duration_seconds", "action" => action, "outcome" => outcome(status))
+        .record(elapsed);
+}
+
+/// A response's outcome, as metrics and logs name it.
+pub(crate) fn outcome(status: StatusCode) -> &'static str {
+    if status.is_success() {
         "ok"
     } else if status.is_client_error() {
         "client_error"
     } else {
         "server_error"
-    };
-    metrics::histogram!("ackbox_request_duration_seconds", "action" => action, "outcome" => outcome)
-        .record(elapsed);
+    }
 }
 
 /// Resident memory of this process, bytes (Linux; 0 elsewhere).

@@ -59,7 +59,10 @@ pub struct RequestContext {
 impl RequestContext {
     /// The queue a `QueueUrl` parameter names.
     pub fn queue_name(&self, queue_url: &str) -> Result<QueueName, SqsError> {
-        self.engine.realm().queue_name_from_url(queue_url)
+        let name = self.engine.realm().queue_name_from_url(queue_url)?;
+        // The request's span carries the queue, so its log lines name it.
+        tracing::Span::current().record("queue", name.as_str());
+        Ok(name)
     }
 
     /// The URL clients should use for `name`.
