@@ -10,7 +10,7 @@ use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use tokio::net::TcpListener;
 use tracing::Instrument;
 
@@ -30,6 +30,8 @@ pub struct AppState {
     pub engine: Engine,
     /// `scheme://authority` used for queue URLs when a request has no `Host` header.
     pub fallback_base_url: String,
+    /// The dashboard shows but changes nothing.
+    pub ui_read_only: bool,
 }
 
 /// The router: `POST /` (and any path, as SDKs post to queue URLs) for the
@@ -38,6 +40,11 @@ pub fn app(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/metrics", get(crate::telemetry::metrics))
+        .route("/ui", get(crate::ui::queues))
+        .route("/ui/queues/{name}", get(crate::ui::queue))
+        .route("/ui/queues/{name}/redrive", post(crate::ui::redrive))
+        .route("/ui/queues/{name}/cancel", post(crate::ui::cancel))
+        .route("/ui/queues/{name}/purge", post(crate::ui::purge))
         .fallback(api)
         .with_state(state)
 }

@@ -29,6 +29,8 @@ pub struct BrokerConfig {
     pub durability: Durability,
     /// Region and account.
     pub realm: Realm,
+    /// The dashboard shows but changes nothing.
+    pub ui_read_only: bool,
 }
 
 /// Why a broker could not start.
@@ -104,6 +106,7 @@ impl RunningBroker {
         let state = AppState {
             engine: engine.clone(),
             fallback_base_url: format!("http://{local_addr}"),
+            ui_read_only: config.ui_read_only,
         };
         let stop = shutdown.clone();
         let task = tokio::spawn(serve(

@@ -17,7 +17,7 @@
 //! # async fn demo(engine: ackbox_engine::Engine) -> Result<(), Box<dyn std::error::Error>> {
 //! use ackbox_server::app::{AppState, serve};
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:9324").await?;
-//! let state = AppState { engine, fallback_base_url: "http://127.0.0.1:9324".into() };
+//! let state = AppState { engine, fallback_base_url: "http://127.0.0.1:9324".into(), ui_read_only: false };
 //! serve(listener, state, ackbox_server::shutdown::signal()).await?;
 //! # Ok(()) }
 //! ```
@@ -30,6 +30,7 @@ pub mod error;
 pub mod protocol;
 pub mod shutdown;
 pub mod telemetry;
+mod ui;
 
 /// Why serving stopped with an error.
 #[derive(Debug, thiserror::Error)]

@@ -34,6 +34,7 @@ async fn harness() -> Harness {
     let router = app(AppState {
         engine,
         fallback_base_url: "http://localhost".into(),
+        ui_read_only: false,
     });
     Harness { router, _dir: dir }
 }

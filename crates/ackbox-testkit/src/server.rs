@@ -16,12 +16,19 @@ use tempfile::TempDir;
 pub struct TestServerBuilder {
     clock: Option<ManualClock>,
     durability: Option<Durability>,
+    ui_read_only: bool,
 }
 
 impl TestServerBuilder {
     /// Drive the broker's time with `clock` instead of the wall clock.
     pub fn clock(mut self, clock: ManualClock) -> Self {
         self.clock = Some(clock);
+        self
+    }
+
+    /// Serve the dashboard read-only (`--ui-read-only`).
+    pub fn ui_read_only(mut self) -> Self {
+        self.ui_read_only = true;
         self
     }
 
@@ -46,6 +53,7 @@ impl TestServerBuilder {
             data_dir: data_dir.path().to_path_buf(),
             durability: self.durability.unwrap_or(Durability::Fsync),
             realm: Realm::default(),
+            ui_read_only: self.ui_read_only,
         };
         let broker = RunningBroker::start(config.clone(), Arc::clone(&clock))
             .await

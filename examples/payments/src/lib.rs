@@ -607,6 +607,7 @@ async fn run_on<A: AppDb>(app: A, config: Config) -> anyhow::Result<Report> {
             data_dir: data_dir.path().to_path_buf(),
             durability: Durability::Fsync,
             realm: ackbox_core::queue_name::Realm::default(),
+            ui_read_only: false,
         },
         Arc::new(SystemClock),
     )

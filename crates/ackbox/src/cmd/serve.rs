@@ -51,6 +51,9 @@ pub(crate) struct Args {
     /// TOML file of queues to create (or bring up to date) at every start.
     #[arg(long, env = "ACKBOX_CONFIG")]
     config: Option<PathBuf>,
+    /// Serve the dashboard at /ui without its forms: look, do not touch.
+    #[arg(long, env = "ACKBOX_UI_READ_ONLY")]
+    ui_read_only: bool,
 }
 
 /// `ackbox.toml`: queues that exist whenever the broker runs.
@@ -158,6 +161,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         data_dir: args.data_dir.clone(),
         durability,
         realm: realm(&args)?,
+        ui_read_only: args.ui_read_only,
     };
     let mut broker = RunningBroker::start(config, Arc::new(SystemClock)).await?;
     if let Some(path) = &args.config

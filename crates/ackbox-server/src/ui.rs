@@ -1,0 +1,441 @@
+//! The dashboard at `/ui`: server-rendered HTML, no scripts, no CDN — it
+//! works offline and in any browser. Queues with their depths; a queue's
+//! attributes; a dead-letter queue's failure classes and messages; starting
+//! (or dry-running), watching and cancelling a redrive; purging with a typed
+//! confirmation. With `--ui-read-only` every form is gone and every POST is
+//! refused.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use ackbox_core::queue_name::QueueName;
+use ackbox_engine::receive::ReceiveRequest;
+use ackbox_engine::store::MoveFilter;
+use axum::Form;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use crate::app::AppState;
+
+/// Escapes text for HTML element content and attribute values.
+fn escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for character in text.chars() {
+        match character {
+            '&' => escaped.push_str("&amp;"),
+            '<' => escaped.push_str("&lt;"),
+            '>' => escaped.push_str("&gt;"),
+            '"' => escaped.push_str("&quot;"),
+            '\'' => escaped.push_str("&#39;"),
+            other => escaped.push(other),
+        }
+    }
+    escaped
+}
+
+const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:0;color:#1d2433}
+header{background:#1d2433;color:#fff;padding:10px 20px}header a{color:#fff;text-decoration:none;font-weight:600}
+main{padding:16px 20px}table{border-collapse:collapse;margin:8px 0 20px}td,th{border-bottom:1px solid #dde;padding:4px 10px;text-align:left;vertical-align:top}
+th{background:#f3f4f8}.num{text-align:right}.dlq{color:#b00020;font-weight:600}.notice{background:#fff6d5;padding:8px;border:1px solid #e6d38a}
+.error{background:#fde2e2;border-color:#e08a8a}form{margin:8px 0 20px}input{margin-right:8px}pre{white-space:pre-wrap;margin:0;max-width:60em}";
+
+fn page(title: &str, refresh_seconds: Option<u32>, body: &str) -> Html<String> {
+    let refresh = refresh_seconds.map_or(String::new(), |seconds| {
+        format!("<meta http-equiv=\"refresh\" content=\"{seconds}\">")
+    });
+    Html(format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{} · ackbox</title>{refresh}<style>{STYLE}</style></head>\
+         <body><header><a href=\"/ui\">ackbox</a></header><main><h1>{}</h1>{body}</main></body></html>",
+        escape(title),
+        escape(title)
+    ))
+}
+
+fn error_page(status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        page(
+            "Error",
+            None,
+            &format!("<p class=\"notice error\">{}</p>", escape(message)),
+        ),
+    )
+        .into_response()
+}
+
+fn seconds(age: f64) -> String {
+    if age < 120.0 {
+        format!("{age:.0} s")
+    } else if age < 7_200.0 {
+        format!("{:.0} min", age / 60.0)
+    } else {
+        format!("{:.1} h", age / 3_600.0)
+    }
+}
+
+/// `GET /ui`: every queue with its depth.
+pub(crate) async fn queues(State(state): State<AppState>) -> Response {
+    let depths = match state.engine.queue_depths().await {
+        Ok(depths) => depths,
+        Err(error) => return error_page(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+    };
+    let mut body = String::from(
+        "<table><tr><th>queue</th><th class=\"num\">visible</th><th class=\"num\">in flight</th>\
+         <th class=\"num\">delayed</th><th class=\"num\">oldest</th><th></th></tr>",
+    );
+    for depth in &depths {
+        let name = escape(depth.name.as_str());
+        let _ = write!(
+            body,
+            "<tr><td><a href=\"/ui/queues/{name}\">{name}</a></td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+            depth.stats.visible,
+            depth.stats.in_flight,
+            depth.stats.delayed,
+            seconds(depth.oldest_age_seconds()),
+            if depth.dead_letter_queue {
+                "<span class=\"dlq\">dead-letter queue</span>"
+            } else {
+                ""
+            },
+        );
+    }
+    body.push_str("</table>");
+    if depths.is_empty() {
+        body.push_str("<p>No queues yet.</p>");
+    }
+    page("Queues", Some(10), &body).into_response()
+}
+
+/// A notice carried across a redirect.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Notice {
+    notice: Option<String>,
+    error: Option<String>,
+}
+
+/// `GET /ui/queues/{name}`: one queue; for a dead-letter queue, its
+/// failures, its messages and its redrives.
+pub(crate) async fn queue(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Query(notice): Query<Notice>,
+) -> Response {
+    let Ok(name) = name.parse::<QueueName>() else {
+        return error_page(StatusCode::NOT_FOUND, "No such queue.");
+    };
+    let engine = &state.engine;
+    let attributes = match engine
+        .get_queue_attributes(&name, &["All".to_owned()])
+        .await
+    {
+        Ok(attributes) => attributes,
+        Err(error) => return error_page(StatusCode::NOT_FOUND, &error.to_string()),
+    };
+    let depth = engine
+        .queue_depths()
+        .await
+        .ok()
+        .and_then(|depths| depths.into_iter().find(|depth| depth.name == name));
+    let mut body = String::new();
+    if let Some(text) = &notice.notice {
+        let _ = write!(body, "<p class=\"notice\">{}</p>", escape(text));
+    }
+    if let Some(text) = &notice.error {
+        let _ = write!(body, "<p class=\"notice error\">{}</p>", escape(text));
+    }
+    if let Some(depth) = &depth {
+        let _ = write!(
+            body,
+            "<p><b>{}</b> visible · <b>{}</b> in flight · <b>{}</b> delayed · oldest {}</p>",
+            depth.stats.visible,
+            depth.stats.in_flight,
+            depth.stats.delayed,
+            seconds(depth.oldest_age_seconds())
+        );
+    }
+    if let Some(policy) = attributes.get("RedrivePolicy")
+        && let Some(target) = serde_json::from_str::<serde_json::Value>(policy)
+            .ok()
+            .and_then(|policy| policy["deadLetterTargetArn"].as_str().map(str::to_owned))
+            .and_then(|arn| engine.realm().queue_name_from_arn(&arn))
+    {
+        let target = escape(target.as_str());
+        let _ = write!(
+            body,
+            "<p>Dead-letter queue: <a href=\"/ui/queues/{target}\">{target}</a></p>"
+        );
+    }
+    let mut running = false;
+    if depth.as_ref().is_some_and(|depth| depth.dead_letter_queue) {
+        running = dead_letter_sections(&state, &name, &mut body).await;
+    }
+    body.push_str("<h2>Attributes</h2><table>");
+    for (key, value) in &attributes {
+        let _ = write!(
+            body,
+            "<tr><th>{}</th><td><pre>{}</pre></td></tr>",
+            escape(key),
+            escape(value)
+        );
+    }
+    body.push_str("</table>");
+    if !state.ui_read_only {
+        let quoted = escape(name.as_str());
+        let _ = write!(
+            body,
+            "<h2>Purge</h2><form method=\"post\" action=\"/ui/queues/{quoted}/purge\">\
+             <label>Type the queue name to delete every message in it: <input name=\"confirm\" autocomplete=\"off\"></label>\
+             <button>Purge</button></form>"
+        );
+    }
+    page(name.as_str(), running.then_some(2), &body).into_response()
+}
+
+/// Failure classes, messages, the redrive form and the move tasks of a
+/// dead-letter queue; `true` while a task runs (the page then refreshes).
+async fn dead_letter_sections(state: &AppState, name: &QueueName, body: &mut String) -> bool {
+    let engine = &state.engine;
+    let quoted = escape(name.as_str());
+    body.push_str("<h2>Failures</h2><table><tr><th>class</th><th class=\"num\">messages</th><th>oldest sent</th><th>example</th></tr>");
+    let classes = engine.failure_classes(name).await.unwrap_or_default();
+    for class in &classes {
+        let label = if class.class.is_empty() {
+            "(no reason recorded)"
+        } else {
+            &class.class
+        };
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td><td><pre>{}</pre></td></tr>",
+            escape(label),
+            class.count,
+            class.oldest_sent_at,
+            escape(class.example.as_deref().unwrap_or(""))
+        );
+    }
+    body.push_str("</table>");
+    let request = ReceiveRequest {
+        system_attribute_names: vec!["All".into()],
+        ..ReceiveRequest::default()
+    };
+    body.push_str("<h2>Messages</h2><table><tr><th>id</th><th>body</th><th>failure</th><th class=\"num\">receives</th></tr>");
+    for message in engine
+        .peek_messages(name, Some(20), &request)
+        .await
+        .unwrap_or_default()
+    {
+        let attribute = |key: &str| message.attributes.get(key).map_or("", String::as_str);
+        let mut shown: String = message.body.chars().take(300).collect();
+        if message.body.chars().count() > 300 {
+            shown.push('…');
+        }
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td><pre>{}</pre></td><td>{} {}</td><td class=\"num\">{}</td></tr>",
+            escape(&message.message_id),
+            escape(&shown),
+            escape(attribute("AckBoxFailureClass")),
+            escape(attribute("AckBoxFailureMessage")),
+            escape(attribute("ApproximateReceiveCount"))
+        );
+    }
+    body.push_str("</table>");
+    if !state.ui_read_only {
+        let mut options = String::from("<option value=\"\">every class</option>");
+        for class in classes.iter().filter(|class| !class.class.is_empty()) {
+            let class = escape(&class.class);
+            let _ = write!(options, "<option value=\"{class}\">{class}</option>");
+        }
+        let _ = write!(
+            body,
+            "<h2>Redrive</h2><form method=\"post\" action=\"/ui/queues/{quoted}/redrive\">\
+             <label>class <select name=\"class\">{options}</select></label>\
+             <label>rate/s <input name=\"rate\" type=\"number\" min=\"1\" max=\"500\" value=\"50\"></label>\
+             <label>sample <input name=\"sample\" type=\"number\" min=\"1\" placeholder=\"all\"></label>\
+             <label><input name=\"dry_run\" type=\"checkbox\" value=\"on\">dry run</label>\
+             <button>Start redrive</button></form>"
+        );
+    }
+    let arn = engine.realm().queue_arn(name);
+    let tasks = engine
+        .list_message_move_tasks(&arn, Some(10))
+        .await
+        .unwrap_or_default();
+    let mut running = false;
+    if !tasks.is_empty() {
+        body.push_str("<h2>Redrives</h2><table><tr><th>status</th><th class=\"num\">moved</th><th>started by</th><th>why</th><th></th></tr>");
+        for task in &tasks {
+            running |= task.status == "RUNNING";
+            let action = match (&task.handle, state.ui_read_only) {
+                (Some(handle), false) => format!(
+                    "<form method=\"post\" action=\"/ui/queues/{quoted}/cancel\"><input type=\"hidden\" name=\"handle\" value=\"{}\"><button>Cancel</button></form>",
+                    escape(handle)
+                ),
+                _ => String::new(),
+            };
+            let _ = write!(
+                body,
+                "<tr><td class=\"task-status\">{}</td><td class=\"num\">{} / {}</td><td>{}</td><td>{}</td><td>{action}</td></tr>",
+                escape(&task.status),
+                task.moved,
+                task.to_move,
+                escape(&task.requested_by),
+                escape(task.failure_reason.as_deref().unwrap_or(""))
+            );
+        }
+        body.push_str("</table>");
+    }
+    running
+}
+
+/// The redrive form.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RedriveForm {
+    #[serde(default)]
+    class: String,
+    #[serde(default)]
+    rate: String,
+    #[serde(default)]
+    sample: String,
+    #[serde(default)]
+    dry_run: Option<String>,
+}
+
+fn back(name: &QueueName, key: &str, message: &str) -> Response {
+    let mut query = BTreeMap::new();
+    query.insert(key, message);
+    let encoded = serde_urlencoded::to_string(query).unwrap_or_default();
+    Redirect::to(&format!("/ui/queues/{}?{encoded}", name.as_str())).into_response()
+}
+
+/// Why a form was not acted on.
+enum Refusal {
+    ReadOnly,
+    NoSuchQueue,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        match self {
+            Self::ReadOnly => error_page(
+                StatusCode::FORBIDDEN,
+                "This dashboard is read-only (--ui-read-only).",
+            ),
+            Self::NoSuchQueue => error_page(StatusCode::NOT_FOUND, "No such queue."),
+        }
+    }
+}
+
+/// The queue a form acts on, if this dashboard may act at all.
+fn target(state: &AppState, name: &str) -> Result<QueueName, Refusal> {
+    if state.ui_read_only {
+        return Err(Refusal::ReadOnly);
+    }
+    name.parse::<QueueName>().map_err(|_| Refusal::NoSuchQueue)
+}
+
+/// `POST /ui/queues/{name}/redrive`.
+pub(crate) async fn redrive(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Form(form): Form<RedriveForm>,
+) -> Response {
+    let name = match target(&state, &name) {
+        Ok(name) => name,
+        Err(refusal) => return refusal.into_response(),
+    };
+    let number = |text: &str| text.trim().parse::<i64>().ok();
+    let class = (!form.class.is_empty()).then(|| form.class.clone());
+    if form.dry_run.is_some() {
+        let classes = state
+            .engine
+            .failure_classes(&name)
+            .await
+            .unwrap_or_default();
+        let matching: i64 = classes
+            .iter()
+            .filter(|counted| class.as_ref().is_none_or(|class| &counted.class == class))
+            .map(|counted| counted.count)
+            .sum();
+        let limited = number(&form.sample).map_or(matching, |sample| matching.min(sample));
+        return back(
+            &name,
+            "notice",
+            &format!("Dry run: a redrive would move {limited} message(s) now; nothing moved."),
+        );
+    }
+    let filter = MoveFilter {
+        class,
+        sample: number(&form.sample),
+        ..MoveFilter::default()
+    };
+    let rate = number(&form.rate).and_then(|rate| i32::try_from(rate).ok());
+    let arn = state.engine.realm().queue_arn(&name);
+    match state
+        .engine
+        .start_message_move_task(&arn, None, rate, filter, "dashboard")
+        .await
+    {
+        Ok(_) => back(&name, "notice", "Redrive started."),
+        Err(error) => back(&name, "error", &error.to_string()),
+    }
+}
+
+/// The cancel form.
+#[derive(Debug, Deserialize)]
+pub(crate) struct CancelForm {
+    handle: String,
+}
+
+/// `POST /ui/queues/{name}/cancel`.
+pub(crate) async fn cancel(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Form(form): Form<CancelForm>,
+) -> Response {
+    let name = match target(&state, &name) {
+        Ok(name) => name,
+        Err(refusal) => return refusal.into_response(),
+    };
+    match state.engine.cancel_message_move_task(&form.handle).await {
+        Ok(moved) => back(
+            &name,
+            "notice",
+            &format!("Redrive cancelled after moving {moved} message(s)."),
+        ),
+        Err(error) => back(&name, "error", &error.to_string()),
+    }
+}
+
+/// The purge form.
+#[derive(Debug, Deserialize)]
+pub(crate) struct PurgeForm {
+    #[serde(default)]
+    confirm: String,
+}
+
+/// `POST /ui/queues/{name}/purge`: only with the queue's name typed in.
+pub(crate) async fn purge(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    Form(form): Form<PurgeForm>,
+) -> Response {
+    let name = match target(&state, &name) {
+        Ok(name) => name,
+        Err(refusal) => return refusal.into_response(),
+    };
+    if form.confirm.trim() != name.as_str() {
+        return back(
+            &name,
+            "error",
+            "Not purged: type the queue's name exactly to confirm.",
+        );
+    }
+    match state.engine.purge_queue(&name).await {
+        Ok(purged) => back(&name, "notice", &format!("Purged {purged} message(s).")),
+        Err(error) => back(&name, "error", &error.to_string()),
+    }
+}

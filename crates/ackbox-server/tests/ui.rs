@@ -1,0 +1,225 @@
+//! The dashboard over HTTP: a person's path through a dead-letter queue —
+//! see the failures, dry-run a redrive, run it, watch it finish — and the
+//! guard rails (typed purge confirmation, read-only mode, escaped content).
+
+use std::time::{Duration, Instant};
+
+use ackbox_testkit::client::{call_json, create_queue};
+use ackbox_testkit::server::TestServer;
+use aws_sdk_sqs::types::QueueAttributeName;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// One request; returns the status, the `Location` header and the body.
+async fn http(
+    server: &TestServer,
+    method: &str,
+    path: &str,
+    form: &str,
+) -> (u16, Option<String>, String) {
+    let authority = server.url().trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{form}",
+        form.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let location = head
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("location: ")
+                .or_else(|| line.strip_prefix("Location: "))
+        })
+        .map(str::to_owned);
+    (status, location, body.to_owned())
+}
+
+/// A queue `work` whose three messages were dead-lettered by consumers
+/// with the reason `CardDeclined`.
+async fn dead_lettered(server: &TestServer) -> (String, String) {
+    let client = server.client();
+    let dlq = create_queue(&client, "work-dlq").await;
+    let arn = client
+        .get_queue_attributes()
+        .queue_url(&dlq)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&QueueAttributeName::QueueArn]
+        .clone();
+    let work = client
+        .create_queue()
+        .queue_name("work")
+        .attributes(
+            QueueAttributeName::RedrivePolicy,
+            format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":5}}"#),
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for body in ["charge 1", "charge 2", "<script>alert(1)</script>"] {
+        client
+            .send_message()
+            .queue_url(&work)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    let received = client
+        .receive_message()
+        .queue_url(&work)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    for message in received.messages() {
+        let (status, _) = call_json(
+            &server.url(),
+            "AckBox.NackMessage",
+            &json!({
+                "QueueUrl": work,
+                "ReceiptHandle": message.receipt_handle().unwrap(),
+                "Permanent": true,
+                "Reason": { "Class": "CardDeclined", "Message": "issuer said no" }
+            }),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    (work, dlq)
+}
+
+#[tokio::test]
+async fn a_dead_letter_queue_can_be_inspected_dry_run_and_redriven_from_the_dashboard() {
+    let server = TestServer::builder().start().await;
+    let (work, _) = dead_lettered(&server).await;
+
+    let (status, _, list) = http(&server, "GET", "/ui", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        list.contains("href=\"/ui/queues/work-dlq\"") && list.contains("dead-letter queue"),
+        "{list}"
+    );
+
+    let (_, _, page) = http(&server, "GET", "/ui/queues/work-dlq", "").await;
+    assert!(
+        page.contains("CardDeclined") && page.contains("issuer said no"),
+        "{page}"
+    );
+    assert!(page.contains("charge 1"));
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;/script&gt;") && !page.contains("<script>"),
+        "bodies are escaped"
+    );
+
+    let (status, location, _) = http(
+        &server,
+        "POST",
+        "/ui/queues/work-dlq/redrive",
+        "class=CardDeclined&rate=50&sample=&dry_run=on",
+    )
+    .await;
+    assert_eq!(status, 303);
+    let (_, _, after_dry_run) = http(&server, "GET", &location.unwrap(), "").await;
+    assert!(
+        after_dry_run.contains("Dry run: a redrive would move 3 message(s) now; nothing moved."),
+        "{after_dry_run}"
+    );
+
+    let (status, location, _) = http(
+        &server,
+        "POST",
+        "/ui/queues/work-dlq/redrive",
+        "class=&rate=100&sample=",
+    )
+    .await;
+    assert_eq!(status, 303);
+    assert!(
+        http(&server, "GET", &location.unwrap(), "")
+            .await
+            .2
+            .contains("Redrive started.")
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, _, page) = http(&server, "GET", "/ui/queues/work-dlq", "").await;
+        if page.contains("<td class=\"task-status\">COMPLETED</td>") {
+            assert!(page.contains("3 / 3"), "{page}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the redrive completes: {page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let depth = ackbox_testkit::client::queue_depth(&server.client(), &work).await;
+    assert_eq!(depth, 3, "the messages are home");
+}
+
+#[tokio::test]
+async fn purging_from_the_dashboard_needs_the_queue_name_typed() {
+    let server = TestServer::builder().start().await;
+    let (_, dlq) = dead_lettered(&server).await;
+    let (status, location, _) =
+        http(&server, "POST", "/ui/queues/work-dlq/purge", "confirm=work").await;
+    assert_eq!(status, 303);
+    let (_, _, page) = http(&server, "GET", &location.unwrap(), "").await;
+    assert!(page.contains("Not purged"), "{page}");
+    assert_eq!(
+        ackbox_testkit::client::queue_depth(&server.client(), &dlq).await,
+        3
+    );
+    let (_, location, _) = http(
+        &server,
+        "POST",
+        "/ui/queues/work-dlq/purge",
+        "confirm=work-dlq",
+    )
+    .await;
+    assert!(
+        http(&server, "GET", &location.unwrap(), "")
+            .await
+            .2
+            .contains("Purged 3 message(s).")
+    );
+    assert_eq!(
+        ackbox_testkit::client::queue_depth(&server.client(), &dlq).await,
+        0
+    );
+}
+
+#[tokio::test]
+async fn a_read_only_dashboard_shows_everything_and_changes_nothing() {
+    let server = TestServer::builder().ui_read_only().start().await;
+    let (_, dlq) = dead_lettered(&server).await;
+    let (status, _, page) = http(&server, "GET", "/ui/queues/work-dlq", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("CardDeclined") && !page.contains("<form"),
+        "{page}"
+    );
+    let (status, _, _) = http(
+        &server,
+        "POST",
+        "/ui/queues/work-dlq/purge",
+        "confirm=work-dlq",
+    )
+    .await;
+    assert_eq!(status, 403);
+    let (status, _, _) = http(&server, "POST", "/ui/queues/work-dlq/redrive", "rate=10").await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        ackbox_testkit::client::queue_depth(&server.client(), &dlq).await,
+        3
+    );
+    let (status, _, _) = http(&server, "GET", "/ui/queues/no-such-queue", "").await;
+    assert_eq!(status, 404);
+}
