@@ -223,3 +223,55 @@ async fn a_read_only_dashboard_shows_everything_and_changes_nothing() {
     let (status, _, _) = http(&server, "GET", "/ui/queues/no-such-queue", "").await;
     assert_eq!(status, 404);
 }
+
+/// In a real headless Chromium: open the dashboard, follow the dead-letter
+/// queue, start a redrive with its form, watch it complete; the screenshot
+/// is kept as a CI artifact. Runs where `ACKBOX_TEST_CHROMEDRIVER` names a
+/// chromedriver (`.ci/run` installs Chromium and sets it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_real_browser_a_person_redrives_a_dead_letter_queue() {
+    let Ok(driver) = std::env::var("ACKBOX_TEST_CHROMEDRIVER") else {
+        eprintln!(
+            "skipped: ACKBOX_TEST_CHROMEDRIVER is not set, so the dashboard is not tested in a browser here"
+        );
+        return;
+    };
+    let server = TestServer::builder().start().await;
+    let (work, _) = dead_lettered(&server).await;
+    let browser = ackbox_testkit::webdriver::Browser::start(&driver).await;
+    browser.visit(&format!("{}/ui", server.url())).await;
+    assert!(browser.source().await.contains("work-dlq"));
+    browser.click("a[href='/ui/queues/work-dlq']").await;
+    let page = browser.source().await;
+    assert!(
+        page.contains("CardDeclined") && page.contains("charge 1"),
+        "{page}"
+    );
+    browser.click("form[action$='/redrive'] button").await;
+    assert!(browser.source().await.contains("Redrive started."));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        // The page refreshes itself while a redrive runs; read it as it is.
+        let page = browser.source().await;
+        if page.contains(">COMPLETED<") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the redrive completes in the browser: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let screenshot = browser.screenshot().await;
+    assert!(screenshot.starts_with(b"\x89PNG"), "a PNG screenshot");
+    let artifacts = std::env::var("ACKBOX_ARTIFACTS_DIR")
+        .unwrap_or_else(|_| std::env::temp_dir().display().to_string());
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let path = std::path::Path::new(&artifacts).join("dashboard-redrive.png");
+    std::fs::write(&path, screenshot).unwrap();
+    eprintln!("screenshot: {}", path.display());
+    assert_eq!(
+        ackbox_testkit::client::queue_depth(&server.client(), &work).await,
+        3
+    );
+}

@@ -21,6 +21,54 @@ pub fn sqs_client(endpoint: &str) -> Client {
     Client::from_conf(config)
 }
 
+/// One plain HTTP/1.1 request with an optional JSON body; the reply's JSON,
+/// or `None` when nothing (or no JSON) answered.
+pub async fn call_http(
+    endpoint: &str,
+    method: &str,
+    path: &str,
+    body: Option<&serde_json::Value>,
+) -> Option<serde_json::Value> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let authority = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = tokio::net::TcpStream::connect(authority).await.ok()?;
+    let payload = body.map(ToString::to_string).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        payload.len()
+    );
+    stream.write_all(request.as_bytes()).await.ok()?;
+    // Some servers (chromedriver) keep the connection open whatever the
+    // request says: read the head, then exactly Content-Length bytes.
+    let mut response = Vec::new();
+    let mut chunk = [0u8; 8_192];
+    let head_end = loop {
+        if let Some(end) = response.windows(4).position(|window| window == b"\r\n\r\n") {
+            break end + 4;
+        }
+        let read = stream.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        response.extend_from_slice(&chunk[..read]);
+    };
+    let head = String::from_utf8_lossy(&response[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .and_then(|value| value.trim().parse().ok())?;
+    while response.len() < head_end + length {
+        let read = stream.read(&mut chunk).await.ok()?;
+        if read == 0 {
+            return None;
+        }
+        response.extend_from_slice(&chunk[..read]);
+    }
+    serde_json::from_slice(&response[head_end..head_end + length]).ok()
+}
+
 /// Calls an action the AWS SDK does not know (ackbox's `AckBox.*`
 /// extensions) with a raw AWS JSON 1.0 request; returns the status and body.
 ///

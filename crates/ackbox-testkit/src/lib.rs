@@ -24,3 +24,4 @@
 pub mod client;
 pub mod process;
 pub mod server;
+pub mod webdriver;
