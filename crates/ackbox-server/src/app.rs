@@ -32,6 +32,8 @@ pub struct AppState {
     pub fallback_base_url: String,
     /// The dashboard shows but changes nothing.
     pub ui_read_only: bool,
+    /// Recent queue depths, for the dashboard's sparklines.
+    pub history: std::sync::Arc<crate::history::DepthHistory>,
 }
 
 /// The router: `POST /` (and any path, as SDKs post to queue URLs) for the

@@ -107,7 +107,13 @@ impl RunningBroker {
             engine: engine.clone(),
             fallback_base_url: format!("http://{local_addr}"),
             ui_read_only: config.ui_read_only,
+            history: Arc::default(),
         };
+        {
+            let (history, engine, stop) =
+                (Arc::clone(&state.history), engine.clone(), shutdown.clone());
+            tokio::spawn(async move { history.run(engine, stop).await });
+        }
         let stop = shutdown.clone();
         let task = tokio::spawn(serve(
             listener,

@@ -17,7 +17,7 @@
 //! # async fn demo(engine: ackbox_engine::Engine) -> Result<(), Box<dyn std::error::Error>> {
 //! use ackbox_server::app::{AppState, serve};
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:9324").await?;
-//! let state = AppState { engine, fallback_base_url: "http://127.0.0.1:9324".into(), ui_read_only: false };
+//! let state = AppState { engine, fallback_base_url: "http://127.0.0.1:9324".into(), ui_read_only: false, history: Default::default() };
 //! serve(listener, state, ackbox_server::shutdown::signal()).await?;
 //! # Ok(()) }
 //! ```
@@ -27,6 +27,7 @@ pub mod action;
 pub mod app;
 pub mod broker;
 pub mod error;
+pub mod history;
 pub mod protocol;
 pub mod shutdown;
 pub mod telemetry;

@@ -81,20 +81,22 @@ pub(crate) async fn queues(State(state): State<AppState>) -> Response {
         Ok(depths) => depths,
         Err(error) => return error_page(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
     };
+    state.history.note_new(&depths);
     let mut body = String::from(
         "<table><tr><th>queue</th><th class=\"num\">visible</th><th class=\"num\">in flight</th>\
-         <th class=\"num\">delayed</th><th class=\"num\">oldest</th><th></th></tr>",
+         <th class=\"num\">delayed</th><th class=\"num\">oldest</th><th>last hour</th><th></th></tr>",
     );
     for depth in &depths {
         let name = escape(depth.name.as_str());
         let _ = write!(
             body,
             "<tr><td><a href=\"/ui/queues/{name}\">{name}</a></td><td class=\"num\">{}</td><td class=\"num\">{}</td>\
-             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>",
+             <td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td></tr>",
             depth.stats.visible,
             depth.stats.in_flight,
             depth.stats.delayed,
             seconds(depth.oldest_age_seconds()),
+            crate::history::sparkline(&state.history.series(depth.name.as_str())),
             if depth.dead_letter_queue {
                 "<span class=\"dlq\">dead-letter queue</span>"
             } else {

@@ -35,6 +35,7 @@ async fn harness() -> Harness {
         engine,
         fallback_base_url: "http://localhost".into(),
         ui_read_only: false,
+        history: Default::default(),
     });
     Harness { router, _dir: dir }
 }

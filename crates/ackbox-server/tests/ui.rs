@@ -110,6 +110,10 @@ async fn a_dead_letter_queue_can_be_inspected_dry_run_and_redriven_from_the_dash
         list.contains("href=\"/ui/queues/work-dlq\"") && list.contains("dead-letter queue"),
         "{list}"
     );
+    assert!(
+        list.contains("<svg class=\"spark\""),
+        "a sparkline of the last hour: {list}"
+    );
 
     let (_, _, page) = http(&server, "GET", "/ui/queues/work-dlq", "").await;
     assert!(
