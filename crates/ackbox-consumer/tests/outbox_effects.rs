@@ -66,6 +66,9 @@ async fn outbox_relay_publishing_an_event_twice_is_absorbed_by_the_inbox<B: Back
         2,
         "two copies on the queue"
     );
+    // Published rows are purged once they are old enough, and only then.
+    assert_eq!(outbox.purge_published(0).await.unwrap(), 0);
+    assert_eq!(outbox.purge_published(i64::MAX).await.unwrap(), 1);
 
     let consumer = Arc::new(
         Consumer::builder("orders")

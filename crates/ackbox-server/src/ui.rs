@@ -151,11 +151,13 @@ pub(crate) async fn queue(
     if let Some(depth) = &depth {
         let _ = write!(
             body,
-            "<p><b>{}</b> visible · <b>{}</b> in flight · <b>{}</b> delayed · oldest {}</p>",
+            "<p><b>{}</b> visible · <b>{}</b> in flight · <b>{}</b> delayed · oldest {}</p>\
+             <p>Depth over the last hour: {}</p>",
             depth.stats.visible,
             depth.stats.in_flight,
             depth.stats.delayed,
-            seconds(depth.oldest_age_seconds())
+            seconds(depth.oldest_age_seconds()),
+            crate::history::sparkline(&state.history.series(name.as_str()))
         );
     }
     if let Some(policy) = attributes.get("RedrivePolicy")

@@ -16,3 +16,6 @@ CREATE TABLE IF NOT EXISTS ackbox_outbox (
 );
 CREATE INDEX IF NOT EXISTS ackbox_outbox_pending ON ackbox_outbox (next_attempt_at, created_at)
     WHERE published_at IS NULL;
+-- Published rows are kept a while (for people reading the table), then purged.
+CREATE INDEX IF NOT EXISTS ackbox_outbox_published ON ackbox_outbox (published_at)
+    WHERE published_at IS NOT NULL;

@@ -134,6 +134,10 @@ pub trait Outbox: Send + Sync + 'static {
 
     /// Unpublished events and the age of the oldest.
     async fn backlog(&self) -> Result<Backlog, sqlx::Error>;
+
+    /// Deletes events published at or before `published_before_ms` (at
+    /// most 10,000 per call); returns how many.
+    async fn purge_published(&self, published_before_ms: i64) -> Result<u64, sqlx::Error>;
 }
 
 /// A new event id: 128 random bits as hex, unique without coordination.
@@ -167,6 +171,9 @@ pub(crate) fn next_attempt_at(now_ms: i64, attempts: u32, retry: &RetryPolicy) -
     now_ms.saturating_add(i64::try_from(retry.backoff(attempts).as_millis()).unwrap_or(i64::MAX))
 }
 
+/// How often a relay deletes old published events.
+const PURGE_INTERVAL: Duration = Duration::from_secs(60);
+
 /// Runs relay passes until shut down, and reports the backlog as metrics
 /// (`outbox_unpublished_count`, `outbox_oldest_unpublished_age_seconds`).
 pub struct OutboxRelay<O, P> {
@@ -176,6 +183,8 @@ pub struct OutboxRelay<O, P> {
     idle: Duration,
     retry: RetryPolicy,
     faults: Option<Arc<Faults>>,
+    keep_published: Duration,
+    last_purge: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl<O, P> std::fmt::Debug for OutboxRelay<O, P> {
@@ -201,7 +210,16 @@ impl<O: Outbox, P: Publisher> OutboxRelay<O, P> {
                 Duration::from_secs(60),
             ),
             faults: None,
+            keep_published: Duration::from_secs(3_600),
+            last_purge: std::sync::Mutex::new(None),
         }
+    }
+
+    /// How long published events stay in the table before the relay
+    /// deletes them (default an hour); it purges at most once a minute.
+    pub fn keep_published(mut self, keep: Duration) -> Self {
+        self.keep_published = keep;
+        self
     }
 
     /// Events per pass.
@@ -240,6 +258,20 @@ impl<O: Outbox, P: Publisher> OutboxRelay<O, P> {
                 self.faults.as_deref(),
             )
             .await?;
+        let purge_due = {
+            let mut last = self.last_purge.lock().expect("relay purge lock poisoned");
+            let due = last.is_none_or(|at| at.elapsed() >= PURGE_INTERVAL);
+            if due {
+                *last = Some(std::time::Instant::now());
+            }
+            due
+        };
+        if purge_due {
+            let keep = i64::try_from(self.keep_published.as_millis()).unwrap_or(i64::MAX);
+            self.outbox
+                .purge_published(crate::consumer::now_ms().saturating_sub(keep))
+                .await?;
+        }
         let backlog = self.outbox.backlog().await?;
         metrics::gauge!("outbox_unpublished_count").set(backlog.unpublished as f64);
         let age = backlog.oldest_created_at_ms.map_or(0.0, |oldest| {
@@ -410,6 +442,18 @@ macro_rules! sql_outbox {
                     unpublished: unpublished.unsigned_abs(),
                     oldest_created_at_ms: oldest,
                 })
+            }
+
+            async fn purge_published(&self, published_before_ms: i64) -> Result<u64, sqlx::Error> {
+                Ok(sqlx::query(
+                    "DELETE FROM ackbox_outbox WHERE event_id IN (
+                         SELECT event_id FROM ackbox_outbox
+                         WHERE published_at IS NOT NULL AND published_at <= $1 LIMIT 10000)",
+                )
+                .bind(published_before_ms)
+                .execute(&self.pool)
+                .await?
+                .rows_affected())
             }
         }
     };
