@@ -13,7 +13,7 @@ use ackbox_engine::receive::ReceiveRequest;
 use ackbox_engine::store::MoveFilter;
 use axum::Form;
 use axum::extract::{Path, Query, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
@@ -318,6 +318,7 @@ fn back(name: &QueueName, key: &str, message: &str) -> Response {
 /// Why a form was not acted on.
 enum Refusal {
     ReadOnly,
+    CrossSite,
     NoSuchQueue,
 }
 
@@ -328,15 +329,34 @@ impl IntoResponse for Refusal {
                 StatusCode::FORBIDDEN,
                 "This dashboard is read-only (--ui-read-only).",
             ),
+            Self::CrossSite => error_page(
+                StatusCode::FORBIDDEN,
+                "Refused: the form was posted from another site. Use the dashboard itself.",
+            ),
             Self::NoSuchQueue => error_page(StatusCode::NOT_FOUND, "No such queue."),
         }
     }
 }
 
-/// The queue a form acts on, if this dashboard may act at all.
-fn target(state: &AppState, name: &str) -> Result<QueueName, Refusal> {
+/// The queue a form acts on, if this dashboard may act at all. A browser
+/// names the site a form came from in `Origin`; a form posted from another
+/// site (a page trying to purge your queues) is refused.
+fn target(state: &AppState, headers: &HeaderMap, name: &str) -> Result<QueueName, Refusal> {
     if state.ui_read_only {
         return Err(Refusal::ReadOnly);
+    }
+    if let Some(origin) = headers
+        .get(header::ORIGIN)
+        .and_then(|origin| origin.to_str().ok())
+    {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|host| host.to_str().ok())
+            .unwrap_or_default();
+        let origin_host = origin.split_once("://").map_or(origin, |(_, rest)| rest);
+        if origin_host != host {
+            return Err(Refusal::CrossSite);
+        }
     }
     name.parse::<QueueName>().map_err(|_| Refusal::NoSuchQueue)
 }
@@ -344,10 +364,11 @@ fn target(state: &AppState, name: &str) -> Result<QueueName, Refusal> {
 /// `POST /ui/queues/{name}/redrive`.
 pub(crate) async fn redrive(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Path(name): Path<String>,
     Form(form): Form<RedriveForm>,
 ) -> Response {
-    let name = match target(&state, &name) {
+    let name = match target(&state, &headers, &name) {
         Ok(name) => name,
         Err(refusal) => return refusal.into_response(),
     };
@@ -397,10 +418,11 @@ pub(crate) struct CancelForm {
 /// `POST /ui/queues/{name}/cancel`.
 pub(crate) async fn cancel(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Path(name): Path<String>,
     Form(form): Form<CancelForm>,
 ) -> Response {
-    let name = match target(&state, &name) {
+    let name = match target(&state, &headers, &name) {
         Ok(name) => name,
         Err(refusal) => return refusal.into_response(),
     };
@@ -424,10 +446,11 @@ pub(crate) struct PurgeForm {
 /// `POST /ui/queues/{name}/purge`: only with the queue's name typed in.
 pub(crate) async fn purge(
     State(state): State<AppState>,
+    headers: HeaderMap,
     Path(name): Path<String>,
     Form(form): Form<PurgeForm>,
 ) -> Response {
-    let name = match target(&state, &name) {
+    let name = match target(&state, &headers, &name) {
         Ok(name) => name,
         Err(refusal) => return refusal.into_response(),
     };

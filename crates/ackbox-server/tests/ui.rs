@@ -201,6 +201,28 @@ async fn purging_from_the_dashboard_needs_the_queue_name_typed() {
 }
 
 #[tokio::test]
+async fn a_form_posted_from_another_site_is_refused() {
+    let server = TestServer::builder().start().await;
+    let (_, dlq) = dead_lettered(&server).await;
+    let authority = server.url().trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
+    let form = "confirm=work-dlq";
+    let request = format!(
+        "POST /ui/queues/work-dlq/purge HTTP/1.1\r\nHost: {authority}\r\nOrigin: https://evil.example\r\n\
+         Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+        form.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 403"), "{response}");
+    assert_eq!(
+        ackbox_testkit::client::queue_depth(&server.client(), &dlq).await,
+        3
+    );
+}
+
+#[tokio::test]
 async fn a_read_only_dashboard_shows_everything_and_changes_nothing() {
     let server = TestServer::builder().ui_read_only().start().await;
     let (_, dlq) = dead_lettered(&server).await;
