@@ -314,17 +314,7 @@ async fn redrive_of_already_applied_messages_is_skipped<B: Backend>(backend: B) 
         },
     )
     .await;
-    let dlq_arn = broker
-        .client
-        .get_queue_attributes()
-        .queue_url(&broker.dlq_url)
-        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
-        .clone();
+    let dlq_arn = ackbox_testkit::client::queue_arn(&broker.client, &broker.dlq_url).await;
     broker
         .client
         .start_message_move_task()

@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 use ackbox_core::clock::ManualClock;
 use ackbox_core::digest::{md5_of_attributes, md5_of_body};
 use ackbox_core::message::{MessageAttributeValue as CoreAttribute, MessageAttributes};
-use ackbox_testkit::client::{create_queue as create, error_code as code};
+use ackbox_testkit::client::{create_queue as create, error_code as code, queue_arn};
 use ackbox_testkit::server::TestServer;
-use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::SdkError;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{
@@ -1370,17 +1369,6 @@ async fn queue_wait_time_attribute_makes_every_receive_a_long_poll() {
         started.elapsed() < Duration::from_secs(5),
         "WaitTimeSeconds=0 overrides the queue default"
     );
-}
-
-async fn queue_arn(client: &Client, url: &str) -> String {
-    let attributes = client
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap();
-    attributes.attributes().unwrap()[&QueueAttributeName::QueueArn].clone()
 }
 
 fn redrive_policy(dlq_arn: &str, max_receive_count: u32) -> String {

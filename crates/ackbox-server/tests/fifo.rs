@@ -602,20 +602,8 @@ async fn fifo_dead_letter_queues_must_be_fifo_and_keep_group_order() {
         .unwrap();
     let dlq = create_fifo(&client, "dlq.fifo", &[]).await;
     let arn = |url: &str| {
-        let client = client.clone();
-        let url = url.to_owned();
-        async move {
-            client
-                .get_queue_attributes()
-                .queue_url(url)
-                .attribute_names(QueueAttributeName::QueueArn)
-                .send()
-                .await
-                .unwrap()
-                .attributes
-                .unwrap()[&QueueAttributeName::QueueArn]
-                .clone()
-        }
+        let (client, url) = (client.clone(), url.to_owned());
+        async move { ackbox_testkit::client::queue_arn(&client, &url).await }
     };
     let policy =
         |target: &str| format!(r#"{{"deadLetterTargetArn":"{target}","maxReceiveCount":1}}"#);

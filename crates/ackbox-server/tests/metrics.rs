@@ -45,16 +45,7 @@ async fn metrics_count_what_happened_and_show_queue_depths() {
     let server = TestServer::builder().start().await;
     let client = server.client();
     let dlq = create_queue(&client, "metrics-dlq").await;
-    let dlq_arn = client
-        .get_queue_attributes()
-        .queue_url(&dlq)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&QueueAttributeName::QueueArn]
-        .clone();
+    let dlq_arn = ackbox_testkit::client::queue_arn(&client, &dlq).await;
     let url = client
         .create_queue()
         .queue_name("metrics-work")

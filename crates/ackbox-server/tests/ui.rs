@@ -44,16 +44,7 @@ async fn http(
 async fn dead_lettered(server: &TestServer) -> (String, String) {
     let client = server.client();
     let dlq = create_queue(&client, "work-dlq").await;
-    let arn = client
-        .get_queue_attributes()
-        .queue_url(&dlq)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&QueueAttributeName::QueueArn]
-        .clone();
+    let arn = ackbox_testkit::client::queue_arn(&client, &dlq).await;
     let work = client
         .create_queue()
         .queue_name("work")

@@ -149,6 +149,24 @@ pub async fn create_queue(client: &Client, name: &str) -> String {
         .expect("CreateQueue returns a URL")
 }
 
+/// A queue's ARN.
+///
+/// # Panics
+/// When the attributes cannot be read.
+pub async fn queue_arn(client: &Client, url: &str) -> String {
+    use aws_sdk_sqs::types::QueueAttributeName;
+    client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .expect("GetQueueAttributes succeeds")
+        .attributes
+        .and_then(|mut attributes| attributes.remove(&QueueAttributeName::QueueArn))
+        .expect("a QueueArn")
+}
+
 /// Visible plus in-flight messages of a queue.
 ///
 /// # Panics
