@@ -32,6 +32,25 @@ fn spawn<B: Backend, T: Transport>(
     (shutdown, task)
 }
 
+/// Runs `consumer` with a ledger handler until `check` holds (at most
+/// `limit`), then shuts it down.
+async fn run_until<B, T, F, Fut>(
+    consumer: Arc<Consumer<T, B::Inbox>>,
+    script: Arc<Script>,
+    limit: Duration,
+    what: &str,
+    check: F,
+) where
+    B: Backend,
+    T: Transport,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let (shutdown, task) = spawn::<B, _>(consumer, script);
+    eventually(limit, what, check).await;
+    stop(shutdown, task).await;
+}
+
 async fn stop(shutdown: CancellationToken, task: JoinHandle<Result<(), ConsumerError>>) {
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(30), task)
@@ -69,14 +88,14 @@ async fn worker_crash_after_commit_before_ack_is_a_duplicate_no_op<B: Backend>(b
             .unwrap(),
     );
     let script = Arc::new(Script::default());
-    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
-    eventually(
+    run_until::<B, _, _, _>(
+        Arc::clone(&consumer),
+        Arc::clone(&script),
         Duration::from_secs(10),
         "the redelivery is acknowledged",
         || async { consumer.stats().duplicates() == 1 && drained(&broker).await },
     )
     .await;
-    stop(shutdown, task).await;
     assert_eq!(faults.crashes(), 1);
     assert_eq!(backend.effects("k1").await, 1, "one effect");
     assert_eq!(
@@ -98,12 +117,14 @@ async fn worker_crash_before_commit_applies_the_effect_once<B: Backend>(backend:
             .unwrap(),
     );
     let script = Arc::new(Script::default());
-    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
-    eventually(Duration::from_secs(10), "the retry applies", || async {
-        consumer.stats().applied() == 1 && drained(&broker).await
-    })
+    run_until::<B, _, _, _>(
+        Arc::clone(&consumer),
+        Arc::clone(&script),
+        Duration::from_secs(10),
+        "the retry applies",
+        || async { consumer.stats().applied() == 1 && drained(&broker).await },
+    )
     .await;
-    stop(shutdown, task).await;
     assert_eq!(backend.effects("k1").await, 1);
     assert_eq!(
         script.calls("k1"),
@@ -163,8 +184,9 @@ async fn duplicate_delivery_has_one_business_effect<B: Backend>(backend: B) {
         .reordering();
     let consumer = Arc::new(consumer(&backend, transport).build().unwrap());
     let script = Arc::new(Script::default());
-    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
-    eventually(
+    run_until::<B, _, _, _>(
+        Arc::clone(&consumer),
+        Arc::clone(&script),
         Duration::from_secs(10),
         "all four deliveries are decided",
         || async {
@@ -173,7 +195,6 @@ async fn duplicate_delivery_has_one_business_effect<B: Backend>(backend: B) {
         },
     )
     .await;
-    stop(shutdown, task).await;
     assert_eq!(backend.effects("order-7").await, 1);
     assert_eq!(consumer.stats().duplicates(), 3);
 }
@@ -184,14 +205,14 @@ async fn schema_incompatible_message_goes_to_the_dead_letter_queue_with_its_reas
     let broker = Broker::start(5, 10).await;
     broker.send("this is not JSON").await;
     let consumer = Arc::new(consumer(&backend, broker.transport()).build().unwrap());
-    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::new(Script::default()));
-    eventually(
+    run_until::<B, _, _, _>(
+        Arc::clone(&consumer),
+        Arc::new(Script::default()),
         Duration::from_secs(10),
         "the poison message is quarantined",
         || async { consumer.stats().quarantined() == 1 },
     )
     .await;
-    stop(shutdown, task).await;
     assert_eq!(
         consumer.stats().failed(),
         0,
@@ -266,12 +287,14 @@ async fn batch_partial_failure_does_not_redo_the_others<B: Backend>(backend: B) 
         .unwrap()
         .insert("b3".into(), 1);
     let consumer = Arc::new(consumer(&backend, broker.transport()).build().unwrap());
-    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
-    eventually(Duration::from_secs(10), "all ten are applied", || async {
-        consumer.stats().applied() == 10 && drained(&broker).await
-    })
+    run_until::<B, _, _, _>(
+        Arc::clone(&consumer),
+        Arc::clone(&script),
+        Duration::from_secs(10),
+        "all ten are applied",
+        || async { consumer.stats().applied() == 10 && drained(&broker).await },
+    )
     .await;
-    stop(shutdown, task).await;
     for index in 0..10 {
         let key = format!("b{index}");
         assert_eq!(backend.effects(&key).await, 1, "{key}");
@@ -291,14 +314,14 @@ async fn redrive_of_already_applied_messages_is_skipped<B: Backend>(backend: B) 
             .unwrap(),
     );
     let script = Arc::new(Script::default());
-    let (shutdown, task) = spawn::<B, _>(Arc::clone(&first), Arc::clone(&script));
-    eventually(
+    run_until::<B, _, _, _>(
+        Arc::clone(&first),
+        Arc::clone(&script),
         Duration::from_secs(10),
         "the effect commits and the worker dies",
         || async { first.stats().crashed() == 1 },
     )
     .await;
-    stop(shutdown, task).await;
     // Its one receive used, the message dead-letters at the next receive.
     eventually(
         Duration::from_secs(10),
@@ -323,14 +346,14 @@ async fn redrive_of_already_applied_messages_is_skipped<B: Backend>(backend: B) 
         .await
         .unwrap();
     let second = Arc::new(consumer(&backend, broker.transport()).build().unwrap());
-    let (shutdown, task) = spawn::<B, _>(Arc::clone(&second), Arc::clone(&script));
-    eventually(
+    run_until::<B, _, _, _>(
+        Arc::clone(&second),
+        Arc::clone(&script),
         Duration::from_secs(10),
         "the redriven message is skipped",
         || async { second.stats().duplicates() == 1 && drained(&broker).await },
     )
     .await;
-    stop(shutdown, task).await;
     assert_eq!(backend.effects("applied").await, 1);
     assert_eq!(script.calls("applied"), 1);
 }
@@ -347,14 +370,14 @@ async fn a_heartbeat_keeps_a_long_handler_s_lease<B: Backend>(backend: B) {
             .build()
             .unwrap(),
     );
-    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
-    eventually(
+    run_until::<B, _, _, _>(
+        Arc::clone(&consumer),
+        Arc::clone(&script),
         Duration::from_secs(10),
         "the long handler finishes",
         || async { consumer.stats().applied() == 1 && drained(&broker).await },
     )
     .await;
-    stop(shutdown, task).await;
     assert_eq!(
         script.calls("long"),
         1,
@@ -486,14 +509,14 @@ async fn soak_10000_messages_through_crashes_and_duplicates_make_10000_effects<B
             .unwrap(),
     );
     let script = Arc::new(Script::default());
-    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
-    eventually(
+    run_until::<B, _, _, _>(
+        Arc::clone(&consumer),
+        Arc::clone(&script),
         Duration::from_secs(240),
         "every message is done",
         || async { drained(&broker).await },
     )
     .await;
-    stop(shutdown, task).await;
     assert!(
         faults.crashes() > 0 && consumer.stats().duplicates() > 0,
         "faults were injected"
@@ -517,14 +540,18 @@ async fn without_ackbox_extensions_failures_use_plain_sqs_calls<B: Backend>(back
         .unwrap()
         .insert("flaky".into(), 1);
     let consumer = Arc::new(consumer(&backend, broker.aws_transport()).build().unwrap());
-    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
-    eventually(Duration::from_secs(10), "both are decided", || async {
-        consumer.stats().applied() == 1
-            && consumer.stats().quarantined() == 1
-            && drained(&broker).await
-    })
+    run_until::<B, _, _, _>(
+        Arc::clone(&consumer),
+        Arc::clone(&script),
+        Duration::from_secs(10),
+        "both are decided",
+        || async {
+            consumer.stats().applied() == 1
+                && consumer.stats().quarantined() == 1
+                && drained(&broker).await
+        },
+    )
     .await;
-    stop(shutdown, task).await;
     assert_eq!(
         script.calls("flaky"),
         2,
@@ -554,14 +581,14 @@ async fn a_lost_lease_is_never_acknowledged_twice<B: Backend>(backend: B) {
             .build()
             .unwrap(),
     );
-    let (shutdown, task) = spawn::<B, _>(Arc::clone(&consumer), Arc::clone(&script));
-    eventually(
+    run_until::<B, _, _, _>(
+        Arc::clone(&consumer),
+        Arc::clone(&script),
         Duration::from_secs(40),
         "a redelivery is acknowledged",
         || async { consumer.stats().applied() == 1 && drained(&broker).await },
     )
     .await;
-    stop(shutdown, task).await;
     assert_eq!(backend.effects("contested").await, 1);
     assert!(consumer.stats().duplicates() >= 1);
     // Deliveries whose leases were lost are never acknowledged: at most one

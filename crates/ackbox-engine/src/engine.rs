@@ -391,6 +391,23 @@ impl Engine {
         Ok(depths)
     }
 
+    /// One queue's message counts (the dashboard's queue page), without
+    /// counting every other queue too.
+    pub async fn queue_depth(&self, name: &QueueName) -> Result<QueueDepth, EngineError> {
+        let stats = self.queue_stats(name).await?;
+        let dead_letter_queue = !self
+            .list_dead_letter_source_queues(name, None, None)
+            .await?
+            .0
+            .is_empty();
+        Ok(QueueDepth {
+            name: name.clone(),
+            dead_letter_queue,
+            stats,
+            now: self.now(),
+        })
+    }
+
     /// GetQueueAttributes: the named attributes (`All` for every one).
     pub async fn get_queue_attributes(
         &self,

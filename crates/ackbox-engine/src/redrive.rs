@@ -399,16 +399,10 @@ impl Engine {
                 destination,
             })
             .await?;
-        if let Some(source) = self
-            .inner
-            .registry
-            .all()
-            .into_iter()
-            .find(|queue| queue.id == record.source_queue_id)
-        {
-            crate::counters::redriven(&source.name, outcome.moved);
-        }
         for queue in self.inner.registry.all() {
+            if queue.id == record.source_queue_id {
+                crate::counters::redriven(&queue.name, outcome.moved);
+            }
             if outcome.destinations.contains(&queue.id) {
                 queue.arrivals.notify_waiters();
             }

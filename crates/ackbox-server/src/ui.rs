@@ -136,11 +136,7 @@ pub(crate) async fn queue(
         Ok(attributes) => attributes,
         Err(error) => return error_page(StatusCode::NOT_FOUND, &error.to_string()),
     };
-    let depth = engine
-        .queue_depths()
-        .await
-        .ok()
-        .and_then(|depths| depths.into_iter().find(|depth| depth.name == name));
+    let depth = engine.queue_depth(&name).await.ok();
     let mut body = String::new();
     if let Some(text) = &notice.notice {
         let _ = write!(body, "<p class=\"notice\">{}</p>", escape(text));
