@@ -61,6 +61,11 @@
 //! # Ok(()) }
 //! ```
 //!
+//! Transports: [`SqsTransport`] (ackbox, AWS); with the feature `rabbitmq`,
+//! `rabbitmq::RabbitMqTransport` (quorum queues through `lapin`); with the
+//! feature `nats`, `nats::NatsTransport` (JetStream through `async-nats`).
+//! The outbox relay publishes through the matching `*Publisher`.
+//!
 //! The inbox TTL defaults to the queue's redelivery horizon (maxReceiveCount
 //! × VisibilityTimeout + MessageRetentionPeriod + the dead-letter queue's
 //! retention) plus an hour; a shorter configured TTL is refused at start.
@@ -72,9 +77,15 @@ pub mod effects;
 mod error;
 mod handler;
 mod inbox;
+#[cfg(any(feature = "rabbitmq", feature = "nats"))]
+mod lease;
 mod message;
+#[cfg(feature = "nats")]
+pub mod nats;
 pub mod outbox;
 pub mod projection;
+#[cfg(feature = "rabbitmq")]
+pub mod rabbitmq;
 mod retry;
 mod sqs;
 pub mod testing;

@@ -1,7 +1,9 @@
 //! Seed 000 §29, the testing matrix, as tests that count business rows: a
-//! real ackbox broker, a real application database (SQLite always,
-//! PostgreSQL when `ACKBOX_TEST_POSTGRES_URL` is set), and the consumer in
-//! between. One suite, instantiated per inbox database (STYLE T2).
+//! real broker (ackbox over SQS always; RabbitMQ and NATS JetStream when
+//! `ACKBOX_TEST_AMQP_URL` and `ACKBOX_TEST_NATS_URL` are set), a real
+//! application database (SQLite always, PostgreSQL when
+//! `ACKBOX_TEST_POSTGRES_URL` is set), and the consumer in between. One
+//! suite, instantiated per transport and inbox database (STYLE T2).
 
 mod support;
 
@@ -13,7 +15,7 @@ use ackbox_consumer::{
     CancellationToken, Claim, ClaimRequest, Consumer, ConsumerError, Inbox, ResultHandler,
     RetryBudget, RetryPolicy, Transport,
 };
-use support::{Backend, Broker, Ledger, Script, body, business_key, eventually};
+use support::{Backend, Broker, Ledger, Script, SqsBroker, body, business_key, eventually};
 use tokio::task::JoinHandle;
 
 /// Retries at once, up to 5 attempts: for tests that are not about backoff.
@@ -72,17 +74,19 @@ fn consumer<B: Backend, T: Transport>(
         .wait(Duration::from_millis(200))
 }
 
-async fn drained(broker: &Broker) -> bool {
-    broker.depth(&broker.url).await == (0, 0)
+async fn drained<K: Broker>(broker: &K) -> bool {
+    broker.depth().await == (0, 0)
 }
 
-async fn worker_crash_after_commit_before_ack_is_a_duplicate_no_op<B: Backend>(backend: B) {
-    let broker = Broker::start(1, 10).await;
+async fn worker_crash_after_commit_before_ack_is_a_duplicate_no_op<K: Broker, B: Backend>(
+    backend: B,
+) {
+    let broker = K::start(1, 10).await;
     let id = broker.send(&body("k1")).await;
     let faults = Arc::new(Faults::new());
     faults.crash_once(CrashPoint::AfterCommitBeforeAck, &id);
     let consumer = Arc::new(
-        consumer(&backend, broker.transport())
+        consumer(&backend, broker.transport().await)
             .faults(Arc::clone(&faults))
             .build()
             .unwrap(),
@@ -105,13 +109,13 @@ async fn worker_crash_after_commit_before_ack_is_a_duplicate_no_op<B: Backend>(b
     );
 }
 
-async fn worker_crash_before_commit_applies_the_effect_once<B: Backend>(backend: B) {
-    let broker = Broker::start(1, 10).await;
+async fn worker_crash_before_commit_applies_the_effect_once<K: Broker, B: Backend>(backend: B) {
+    let broker = K::start(1, 10).await;
     let id = broker.send(&body("k1")).await;
     let faults = Arc::new(Faults::new());
     faults.crash_once(CrashPoint::BeforeCommit, &id);
     let consumer = Arc::new(
-        consumer(&backend, broker.transport())
+        consumer(&backend, broker.transport().await)
             .faults(faults)
             .build()
             .unwrap(),
@@ -133,23 +137,26 @@ async fn worker_crash_before_commit_applies_the_effect_once<B: Backend>(backend:
     );
 }
 
-async fn visibility_too_short_a_concurrent_duplicate_does_not_double_commit<B: Backend>(
+async fn visibility_too_short_a_concurrent_duplicate_does_not_double_commit<
+    K: Broker,
+    B: Backend,
+>(
     backend: B,
 ) {
-    let broker = Broker::start(1, 10).await;
+    let broker = K::start(1, 10).await;
     broker.send(&body("slow")).await;
     let script = Arc::new(Script::default());
     *script.delay.lock().unwrap() = Duration::from_millis(2_500);
     // Two consumers, no heartbeat: the lease runs out while the first is
     // still inside its transaction, and the second receives the message.
     let first = Arc::new(
-        consumer(&backend, broker.transport())
+        consumer(&backend, broker.transport().await)
             .heartbeat(false)
             .build()
             .unwrap(),
     );
     let second = Arc::new(
-        consumer(&backend, broker.transport())
+        consumer(&backend, broker.transport().await)
             .heartbeat(false)
             .build()
             .unwrap(),
@@ -174,12 +181,12 @@ async fn visibility_too_short_a_concurrent_duplicate_does_not_double_commit<B: B
     assert_eq!(first.stats().applied() + second.stats().applied(), 1);
 }
 
-async fn duplicate_delivery_has_one_business_effect<B: Backend>(backend: B) {
-    let broker = Broker::start(5, 10).await;
+async fn duplicate_delivery_has_one_business_effect<K: Broker, B: Backend>(backend: B) {
+    let broker = K::start(5, 10).await;
     // The producer sent it twice, and the broker delivers each copy twice.
     broker.send(&body("order-7")).await;
     broker.send(&body("order-7")).await;
-    let transport = UnreliableTransport::new(broker.transport())
+    let transport = UnreliableTransport::new(broker.transport().await)
         .duplicating(1.0)
         .reordering();
     let consumer = Arc::new(consumer(&backend, transport).build().unwrap());
@@ -199,12 +206,19 @@ async fn duplicate_delivery_has_one_business_effect<B: Backend>(backend: B) {
     assert_eq!(consumer.stats().duplicates(), 3);
 }
 
-async fn schema_incompatible_message_goes_to_the_dead_letter_queue_with_its_reason<B: Backend>(
+async fn schema_incompatible_message_goes_to_the_dead_letter_queue_with_its_reason<
+    K: Broker,
+    B: Backend,
+>(
     backend: B,
 ) {
-    let broker = Broker::start(5, 10).await;
+    let broker = K::start(5, 10).await;
     broker.send("this is not JSON").await;
-    let consumer = Arc::new(consumer(&backend, broker.transport()).build().unwrap());
+    let consumer = Arc::new(
+        consumer(&backend, broker.transport().await)
+            .build()
+            .unwrap(),
+    );
     run_until::<B, _, _, _>(
         Arc::clone(&consumer),
         Arc::new(Script::default()),
@@ -226,14 +240,16 @@ async fn schema_incompatible_message_goes_to_the_dead_letter_queue_with_its_reas
     assert_eq!(backend.total_effects().await, 0);
 }
 
-async fn dependency_down_retries_are_bounded_backed_off_and_visible<B: Backend>(backend: B) {
-    let broker = Broker::start(10, 10).await;
+async fn dependency_down_retries_are_bounded_backed_off_and_visible<K: Broker, B: Backend>(
+    backend: B,
+) {
+    let broker = K::start(10, 10).await;
     broker.send(&body("down")).await;
     let script = Arc::new(Script::default());
     script.always_down.lock().unwrap().push("down".into());
     // An empty retry budget: every retry waits the cap, two seconds.
     let consumer = Arc::new(
-        consumer(&backend, broker.transport())
+        consumer(&backend, broker.transport().await)
             .retry(RetryPolicy::exponential(
                 3,
                 Duration::from_secs(1),
@@ -251,7 +267,7 @@ async fn dependency_down_retries_are_bounded_backed_off_and_visible<B: Backend>(
     )
     .await;
     assert_eq!(
-        broker.depth(&broker.url).await,
+        broker.depth().await,
         (0, 1),
         "the backlog is visible as in flight"
     );
@@ -276,8 +292,8 @@ async fn dependency_down_retries_are_bounded_backed_off_and_visible<B: Backend>(
     assert_eq!(backend.total_effects().await, 0);
 }
 
-async fn batch_partial_failure_does_not_redo_the_others<B: Backend>(backend: B) {
-    let broker = Broker::start(5, 10).await;
+async fn batch_partial_failure_does_not_redo_the_others<K: Broker, B: Backend>(backend: B) {
+    let broker = K::start(5, 10).await;
     let bodies: Vec<String> = (0..10).map(|index| body(&format!("b{index}"))).collect();
     broker.send_batch(&bodies).await;
     let script = Arc::new(Script::default());
@@ -286,7 +302,11 @@ async fn batch_partial_failure_does_not_redo_the_others<B: Backend>(backend: B) 
         .lock()
         .unwrap()
         .insert("b3".into(), 1);
-    let consumer = Arc::new(consumer(&backend, broker.transport()).build().unwrap());
+    let consumer = Arc::new(
+        consumer(&backend, broker.transport().await)
+            .build()
+            .unwrap(),
+    );
     run_until::<B, _, _, _>(
         Arc::clone(&consumer),
         Arc::clone(&script),
@@ -302,13 +322,13 @@ async fn batch_partial_failure_does_not_redo_the_others<B: Backend>(backend: B) 
     }
 }
 
-async fn redrive_of_already_applied_messages_is_skipped<B: Backend>(backend: B) {
-    let broker = Broker::start(1, 1).await;
+async fn redrive_of_already_applied_messages_is_skipped<K: Broker, B: Backend>(backend: B) {
+    let broker = K::start(1, 1).await;
     let id = broker.send(&body("applied")).await;
     let faults = Arc::new(Faults::new());
     faults.crash_once(CrashPoint::AfterCommitBeforeAck, &id);
     let first = Arc::new(
-        consumer(&backend, broker.transport())
+        consumer(&backend, broker.transport().await)
             .faults(faults)
             .build()
             .unwrap(),
@@ -322,30 +342,21 @@ async fn redrive_of_already_applied_messages_is_skipped<B: Backend>(backend: B) 
         || async { first.stats().crashed() == 1 },
     )
     .await;
-    // Its one receive used, the message dead-letters at the next receive.
+    // The crashed worker is gone, with its connection.
+    drop(first);
+    // Its one delivery used, the message is dead-lettered.
     eventually(
         Duration::from_secs(10),
         "the message is dead-lettered",
-        || async {
-            let _ = broker
-                .client
-                .receive_message()
-                .queue_url(&broker.url)
-                .send()
-                .await;
-            broker.depth(&broker.dlq_url).await.0 == 1
-        },
+        || async { broker.dead_letter_depth().await == 1 },
     )
     .await;
-    let dlq_arn = ackbox_testkit::client::queue_arn(&broker.client, &broker.dlq_url).await;
-    broker
-        .client
-        .start_message_move_task()
-        .source_arn(dlq_arn)
-        .send()
-        .await
-        .unwrap();
-    let second = Arc::new(consumer(&backend, broker.transport()).build().unwrap());
+    broker.redrive().await;
+    let second = Arc::new(
+        consumer(&backend, broker.transport().await)
+            .build()
+            .unwrap(),
+    );
     run_until::<B, _, _, _>(
         Arc::clone(&second),
         Arc::clone(&script),
@@ -358,14 +369,14 @@ async fn redrive_of_already_applied_messages_is_skipped<B: Backend>(backend: B) 
     assert_eq!(script.calls("applied"), 1);
 }
 
-async fn a_heartbeat_keeps_a_long_handler_s_lease<B: Backend>(backend: B) {
+async fn a_heartbeat_keeps_a_long_handler_s_lease<K: Broker, B: Backend>(backend: B) {
     // The handler runs 2.5 leases; heartbeats every second keep the 2 s lease.
-    let broker = Broker::start(2, 10).await;
+    let broker = K::start(2, 10).await;
     broker.send(&body("long")).await;
     let script = Arc::new(Script::default());
     *script.delay.lock().unwrap() = Duration::from_millis(5_000);
     let consumer = Arc::new(
-        consumer(&backend, broker.transport())
+        consumer(&backend, broker.transport().await)
             .concurrency(4)
             .build()
             .unwrap(),
@@ -391,13 +402,13 @@ async fn a_heartbeat_keeps_a_long_handler_s_lease<B: Backend>(backend: B) {
     assert_eq!(consumer.stats().duplicates(), 0);
 }
 
-async fn shutdown_gives_back_what_it_could_not_finish<B: Backend>(backend: B) {
-    let broker = Broker::start(30, 10).await;
+async fn shutdown_gives_back_what_it_could_not_finish<K: Broker, B: Backend>(backend: B) {
+    let broker = K::start(30, 10).await;
     broker.send(&body("unfinished")).await;
     let script = Arc::new(Script::default());
     *script.delay.lock().unwrap() = Duration::from_secs(10);
     let consumer = Arc::new(
-        consumer(&backend, broker.transport())
+        consumer(&backend, broker.transport().await)
             .shutdown_deadline(Duration::from_millis(200))
             .build()
             .unwrap(),
@@ -414,21 +425,36 @@ async fn shutdown_gives_back_what_it_could_not_finish<B: Backend>(backend: B) {
         "the deadline cut the handler off"
     );
     assert_eq!(
-        broker.depth(&broker.url).await,
-        (1, 0),
-        "visible again at once, not after 30 s"
-    );
-    assert_eq!(
         backend.total_effects().await,
         0,
         "the cut-off transaction rolled back"
     );
     assert_eq!(consumer.stats().released(), 1);
+    drop(consumer);
+    // Given back at once, not after its 30 s lease: another receiver gets it.
+    let receiver = broker.transport().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let received = receiver
+            .receive(1, Duration::from_millis(500))
+            .await
+            .unwrap();
+        if let Some(delivery) = received.first() {
+            assert_eq!(delivery.message.body, body("unfinished"));
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the message was not given back"
+        );
+    }
 }
 
-async fn an_inbox_ttl_shorter_than_the_redelivery_horizon_is_refused<B: Backend>(backend: B) {
-    let broker = Broker::start(30, 5).await;
-    let consumer = consumer(&backend, broker.transport())
+async fn an_inbox_ttl_shorter_than_the_redelivery_horizon_is_refused<K: Broker, B: Backend>(
+    backend: B,
+) {
+    let broker = K::start(30, 5).await;
+    let consumer = consumer(&backend, broker.transport().await)
         .inbox_ttl(Duration::from_secs(3_600))
         .build()
         .unwrap();
@@ -441,17 +467,19 @@ async fn an_inbox_ttl_shorter_than_the_redelivery_horizon_is_refused<B: Backend>
         matches!(error, ConsumerError::InboxTtlTooShort { .. }),
         "{text}"
     );
+    let settings = broker.transport().await.settings().await.unwrap();
+    assert_eq!(settings.max_deliveries, Some(5));
     assert!(
-        text.contains("maxReceiveCount 5") && text.contains("MessageRetentionPeriod"),
-        "{text}"
+        text.contains(&settings.horizon_explanation) && text.contains('5'),
+        "the refusal shows the computation: {text}"
     );
 }
 
-async fn the_same_key_with_another_payload_is_quarantined<B: Backend>(backend: B) {
-    let broker = Broker::start(5, 10).await;
+async fn the_same_key_with_another_payload_is_quarantined<K: Broker, B: Backend>(backend: B) {
+    let broker = K::start(5, 10).await;
     broker.send(r#"{"key":"pay-1","cents":100}"#).await;
     let consumer = Arc::new(
-        consumer(&backend, broker.transport())
+        consumer(&backend, broker.transport().await)
             .concurrency(1)
             .build()
             .unwrap(),
@@ -479,11 +507,14 @@ async fn the_same_key_with_another_payload_is_quarantined<B: Backend>(backend: B
     );
 }
 
-async fn soak_10000_messages_through_crashes_and_duplicates_make_10000_effects<B: Backend>(
+async fn soak_10000_messages_through_crashes_and_duplicates_make_10000_effects<
+    K: Broker,
+    B: Backend,
+>(
     backend: B,
 ) {
     const MESSAGES: usize = 10_000;
-    let broker = Broker::start(1, 1_000).await;
+    let broker = K::start(1, 1_000).await;
     let bodies: Vec<String> = (0..MESSAGES)
         .map(|index| body(&format!("s{index}")))
         .collect();
@@ -493,7 +524,7 @@ async fn soak_10000_messages_through_crashes_and_duplicates_make_10000_effects<B
         .crash_randomly(CrashPoint::BeforeCommit, 0.01)
         .crash_randomly(CrashPoint::AfterCommitBeforeAck, 0.01)
         .crash_randomly(CrashPoint::DuringHandler, 0.01);
-    let transport = UnreliableTransport::new(broker.transport())
+    let transport = UnreliableTransport::new(broker.transport().await)
         .duplicating(0.05)
         .reordering();
     let consumer = Arc::new(
@@ -530,7 +561,7 @@ async fn soak_10000_messages_through_crashes_and_duplicates_make_10000_effects<B
 }
 
 async fn without_ackbox_extensions_failures_use_plain_sqs_calls<B: Backend>(backend: B) {
-    let broker = Broker::start(5, 10).await;
+    let broker = SqsBroker::start(5, 10).await;
     broker.send("poison").await;
     broker.send(&body("flaky")).await;
     let script = Arc::new(Script::default());
@@ -565,16 +596,16 @@ async fn without_ackbox_extensions_failures_use_plain_sqs_calls<B: Backend>(back
     );
 }
 
-async fn a_lost_lease_is_never_acknowledged_twice<B: Backend>(backend: B) {
+async fn a_lost_lease_is_never_acknowledged_twice<K: Broker, B: Backend>(backend: B) {
     // A 2 s lease (heartbeat at 1 s) leaves a loaded machine time to
     // acknowledge a quick duplicate before its own heartbeat fails.
-    let broker = Broker::start(2, 20).await;
+    let broker = K::start(2, 20).await;
     broker.send(&body("contested")).await;
     let script = Arc::new(Script::default());
     *script.delay.lock().unwrap() = Duration::from_millis(4_500);
     // Every extension fails: the first delivery's lease runs out while its
     // handler works, and the message is delivered again meanwhile.
-    let transport = Arc::new(UnreliableTransport::new(broker.transport()).losing_leases());
+    let transport = Arc::new(UnreliableTransport::new(broker.transport().await).losing_leases());
     let consumer = Arc::new(
         consumer(&backend, Arc::clone(&transport))
             .concurrency(4)
@@ -664,13 +695,13 @@ impl<B: Backend> ResultHandler<B::Db> for Receipts<B> {
     }
 }
 
-async fn a_duplicate_gets_the_result_the_first_run_stored<B: Backend>(backend: B) {
-    let broker = Broker::start(1, 10).await;
+async fn a_duplicate_gets_the_result_the_first_run_stored<K: Broker, B: Backend>(backend: B) {
+    let broker = K::start(1, 10).await;
     let id = broker.send(&body("charge-9")).await;
     let faults = Arc::new(Faults::new());
     faults.crash_once(CrashPoint::AfterCommitBeforeAck, &id);
     let consumer = Arc::new(
-        consumer(&backend, broker.transport())
+        consumer(&backend, broker.transport().await)
             .faults(faults)
             .build()
             .unwrap(),
@@ -699,7 +730,7 @@ async fn a_duplicate_gets_the_result_the_first_run_stored<B: Backend>(backend: B
     );
 }
 
-support::for_each_backend!(
+support::for_each_transport!([
     worker_crash_after_commit_before_ack_is_a_duplicate_no_op,
     worker_crash_before_commit_applies_the_effect_once,
     visibility_too_short_a_concurrent_duplicate_does_not_double_commit,
@@ -713,8 +744,11 @@ support::for_each_backend!(
     an_inbox_ttl_shorter_than_the_redelivery_horizon_is_refused,
     the_same_key_with_another_payload_is_quarantined,
     soak_10000_messages_through_crashes_and_duplicates_make_10000_effects,
-    without_ackbox_extensions_failures_use_plain_sqs_calls,
     a_lost_lease_is_never_acknowledged_twice,
-    expired_inbox_records_are_purged,
     a_duplicate_gets_the_result_the_first_run_stored,
+]);
+
+support::for_each_backend!(
+    without_ackbox_extensions_failures_use_plain_sqs_calls,
+    expired_inbox_records_are_purged,
 );

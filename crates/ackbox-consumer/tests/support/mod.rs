@@ -1,8 +1,13 @@
-//! The consumer suite's fixtures: a real ackbox broker with a dead-letter
-//! queue, an application database (SQLite or PostgreSQL) with a ledger table
-//! that counts business effects, and a scriptable handler.
+//! The consumer suite's fixtures: a real broker (ackbox over SQS, RabbitMQ,
+//! NATS JetStream) with a dead-letter queue, an application database
+//! (SQLite or PostgreSQL) with a ledger table that counts business effects,
+//! and a scriptable handler.
 
 #![allow(dead_code, unreachable_pub)]
+
+pub mod nats;
+pub mod rabbitmq;
+pub mod sqs;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,192 +15,54 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ackbox_consumer::effects::{EffectStore, PgEffectStore, SqliteEffectStore};
-use ackbox_consumer::outbox::{Outbox, PgOutbox, SqliteOutbox};
+use ackbox_consumer::outbox::{Outbox, PgOutbox, Publisher, SqliteOutbox};
 use ackbox_consumer::projection::VersionStore;
 use ackbox_consumer::{
-    Handler, HandlerError, Inbox, Message, PgInbox, SqliteInbox, SqsTransport, async_trait,
+    Handler, HandlerError, Inbox, Message, PgInbox, SqliteInbox, Transport, async_trait,
 };
-use ackbox_testkit::server::TestServer;
-use aws_sdk_sqs::Client;
-use aws_sdk_sqs::types::QueueAttributeName;
 use sqlx::{Database, Postgres, Sqlite, Transaction};
 
-/// A broker with `work` (lease `lease_seconds`, dead-lettering after
-/// `max_receive` receives) and its dead-letter queue `work-dlq`.
-pub struct Broker {
-    pub server: TestServer,
-    pub client: Client,
-    pub url: String,
-    pub dlq_url: String,
+pub use sqs::SqsBroker;
+
+/// A queue with a dead-letter queue on a real broker, and what a test needs
+/// to look into them.
+#[async_trait]
+pub trait Broker: Send + Sync + Sized + 'static {
+    type Transport: Transport;
+    type Publisher: Publisher;
+    /// Whether the broker drops a message published again with the same id
+    /// (JetStream's `Nats-Msg-Id` window).
+    const DROPS_REPUBLISHED_EVENTS: bool;
+    /// Whether the broker is configured here (else the test is skipped).
+    fn available() -> bool;
+    /// A fresh queue leasing deliveries for `lease_seconds`, dead-lettering
+    /// after `max_deliveries`.
+    async fn start(lease_seconds: u32, max_deliveries: u32) -> Self;
+    async fn transport(&self) -> Self::Transport;
+    async fn publisher(&self) -> Self::Publisher;
+    /// Where outbox events for the queue are published.
+    fn destination(&self) -> String;
+    /// Sends `body`; returns the message id consumers will see.
+    async fn send(&self, body: &str) -> String;
+    async fn send_batch(&self, bodies: &[String]);
+    /// Messages ready for delivery, and those leased or waiting to be retried.
+    async fn depth(&self) -> (u64, u64);
+    /// Dead letters, after letting the broker move deliveries that ran out.
+    async fn dead_letter_depth(&self) -> u64;
+    /// The dead letters' bodies and failure classes.
+    async fn dead_letters(&self) -> Vec<(String, String)>;
+    /// Moves every dead letter back to the queue.
+    async fn redrive(&self);
 }
 
-impl Broker {
-    pub async fn start(lease_seconds: u32, max_receive: u32) -> Self {
-        let server = TestServer::builder().start().await;
-        let client = server.client();
-        let dlq_url = create(&client, "work-dlq", &[]).await;
-        let dlq_arn = attribute(&client, &dlq_url, QueueAttributeName::QueueArn).await;
-        let policy =
-            format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":{max_receive}}}"#);
-        let url = create(
-            &client,
-            "work",
-            &[
-                (
-                    QueueAttributeName::VisibilityTimeout,
-                    lease_seconds.to_string(),
-                ),
-                (QueueAttributeName::RedrivePolicy, policy),
-            ],
-        )
-        .await;
-        Self {
-            server,
-            client,
-            url,
-            dlq_url,
-        }
-    }
-
-    pub fn transport(&self) -> SqsTransport {
-        SqsTransport::new(self.client.clone(), &self.url).with_ackbox_extensions(&self.server.url())
-    }
-
-    /// The transport as it would run against AWS: plain SQS calls only.
-    pub fn aws_transport(&self) -> SqsTransport {
-        SqsTransport::new(self.client.clone(), &self.url)
-    }
-
-    pub async fn send(&self, body: &str) -> String {
-        self.client
-            .send_message()
-            .queue_url(&self.url)
-            .message_body(body)
-            .send()
-            .await
-            .unwrap()
-            .message_id
-            .unwrap()
-    }
-
-    pub async fn send_batch(&self, bodies: &[String]) {
-        for chunk in bodies.chunks(10) {
-            let mut request = self.client.send_message_batch().queue_url(&self.url);
-            for (index, body) in chunk.iter().enumerate() {
-                request = request.entries(
-                    aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                        .id(index.to_string())
-                        .message_body(body)
-                        .build()
-                        .unwrap(),
-                );
-            }
-            let output = request.send().await.unwrap();
-            assert!(output.failed().is_empty());
-        }
-    }
-
-    /// Visible + in flight + delayed messages of a queue.
-    pub async fn depth(&self, url: &str) -> (u64, u64) {
-        let attributes = self
-            .client
-            .get_queue_attributes()
-            .queue_url(url)
-            .attribute_names(QueueAttributeName::All)
-            .send()
-            .await
-            .unwrap()
-            .attributes
-            .unwrap();
-        let count = |name| attributes[&name].parse::<u64>().unwrap();
-        (
-            count(QueueAttributeName::ApproximateNumberOfMessages),
-            count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-        )
-    }
-
-    /// The dead-letter queue's messages with the failure class a copy
-    /// carries as a message attribute (plain SQS dead-lettering).
-    pub async fn dead_letter_copies(&self) -> Vec<(String, String)> {
-        let output = self
-            .client
-            .receive_message()
-            .queue_url(&self.dlq_url)
-            .max_number_of_messages(10)
-            .visibility_timeout(0)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .unwrap();
-        output
-            .messages()
-            .iter()
-            .map(|message| {
-                let class = message
-                    .message_attributes()
-                    .and_then(|attributes| attributes.get("ackbox.failure.class"))
-                    .and_then(|value| value.string_value())
-                    .unwrap_or_default()
-                    .to_owned();
-                (message.body().unwrap_or_default().to_owned(), class)
-            })
-            .collect()
-    }
-
-    /// The dead-letter queue's messages with their failure classes.
-    pub async fn dead_letters(&self) -> Vec<(String, String)> {
-        let output = self
-            .client
-            .receive_message()
-            .queue_url(&self.dlq_url)
-            .max_number_of_messages(10)
-            .visibility_timeout(0)
-            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
-            .send()
-            .await
-            .unwrap();
-        output
-            .messages()
-            .iter()
-            .map(|message| {
-                let class = message
-                    .attributes()
-                    .and_then(|attributes| {
-                        attributes.get(&aws_sdk_sqs::types::MessageSystemAttributeName::from(
-                            "AckBoxFailureClass",
-                        ))
-                    })
-                    .cloned()
-                    .unwrap_or_default();
-                (message.body().unwrap_or_default().to_owned(), class)
-            })
-            .collect()
-    }
-}
-
-async fn create(
-    client: &Client,
-    name: &str,
-    attributes: &[(QueueAttributeName, String)],
-) -> String {
-    let mut request = client.create_queue().queue_name(name);
-    for (attribute, value) in attributes {
-        request = request.attributes(attribute.clone(), value);
-    }
-    request.send().await.unwrap().queue_url.unwrap()
-}
-
-async fn attribute(client: &Client, url: &str, name: QueueAttributeName) -> String {
-    client
-        .get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(name.clone())
-        .send()
-        .await
-        .unwrap()
-        .attributes
-        .unwrap()[&name]
-        .clone()
+/// A name no other test (or earlier run) uses.
+pub fn unique_name(prefix: &str) -> String {
+    format!(
+        "{prefix}_{}_{}_{}",
+        std::process::id(),
+        SCHEMAS.fetch_add(1, Ordering::Relaxed),
+        rand_suffix()
+    )
 }
 
 /// An application database with a ledger table that has no unique
@@ -502,6 +369,43 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// Instantiates the listed cases (`async fn case<K: Broker, B: Backend>(backend: B)`
+/// in the test file's root) for every broker and database:
+/// `sqs::sqlite::case`, `rabbitmq::postgres::case`, … (STYLE T2). A broker
+/// or database that is not configured here is skipped, and says so.
+macro_rules! for_each_transport {
+    ($cases:tt) => {
+        $crate::support::for_each_transport!(@broker sqs, $crate::support::sqs::SqsBroker, $cases);
+        $crate::support::for_each_transport!(@broker rabbitmq, $crate::support::rabbitmq::RabbitMqBroker, $cases);
+        $crate::support::for_each_transport!(@broker nats, $crate::support::nats::NatsBroker, $cases);
+    };
+    (@broker $module:ident, $broker:ty, [$($case:ident),* $(,)?]) => {
+        mod $module {
+            mod sqlite {
+                $crate::support::for_each_transport!(@cases $broker, $crate::support::SqliteBackend; $($case),*);
+            }
+            mod postgres {
+                $crate::support::for_each_transport!(@cases $broker, $crate::support::PostgresBackend; $($case),*);
+            }
+        }
+    };
+    (@cases $broker:ty, $backend:ty; $($case:ident),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                if !<$broker as $crate::support::Broker>::available() {
+                    return;
+                }
+                if let Some(backend) = <$backend as $crate::support::Backend>::start().await {
+                    crate::$case::<$broker, $backend>(backend).await;
+                }
+            }
+        )*
+    };
+}
+
+pub(crate) use for_each_transport;
 
 /// Instantiates the listed cases (`async fn case<B: Backend>(backend: B)` in
 /// the test file's root) once per database: `sqlite::case` always,

@@ -1,0 +1,272 @@
+//! No-op handler throughput through `ackbox-consumer` over each transport,
+//! with the PostgreSQL inbox: ackbox (SQS API), RabbitMQ (quorum queue) and
+//! NATS JetStream (file storage), alternating for several rounds. Each round
+//! fills a fresh queue, then times the consumer until every message is
+//! applied.
+//!
+//! ```sh
+//! cargo run --release -p ackbox -- serve &
+//! cargo run --release -p ackbox-consumer --example transports -- \
+//!     http://127.0.0.1:9324 amqp://guest:guest@127.0.0.1:5672/%2f nats://127.0.0.1:4222 \
+//!     postgres://postgres@127.0.0.1:5432/test 10000 16 3
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ackbox_consumer::nats::{NatsQueue, NatsTransport};
+use ackbox_consumer::rabbitmq::{RabbitMqQueue, RabbitMqTransport};
+use ackbox_consumer::{
+    CancellationToken, Consumer, Handler, HandlerError, Inbox, Message, PgInbox, SqsTransport,
+    Transport, async_trait,
+};
+use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use sqlx::{Postgres, Transaction};
+
+struct NoOp;
+
+#[async_trait]
+impl Handler<Postgres> for NoOp {
+    async fn handle(
+        &self,
+        _: &Message,
+        _: &mut Transaction<'static, Postgres>,
+    ) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+fn body(index: usize) -> String {
+    format!(r#"{{"n":{index}}}"#)
+}
+
+struct Targets {
+    endpoint: String,
+    amqp: String,
+    nats: async_nats::Client,
+    sqs: aws_sdk_sqs::Client,
+}
+
+impl Targets {
+    async fn sqs(&self, queue: &str, messages: usize) -> SqsTransport {
+        let url = self
+            .sqs
+            .create_queue()
+            .queue_name(queue)
+            .send()
+            .await
+            .expect("CreateQueue succeeds")
+            .queue_url
+            .expect("a queue URL");
+        let mut sends = tokio::task::JoinSet::new();
+        for chunk in 0..messages.div_ceil(10) {
+            let (client, url) = (self.sqs.clone(), url.clone());
+            sends.spawn(async move {
+                let mut request = client.send_message_batch().queue_url(url);
+                for index in 0..10 {
+                    request = request.entries(
+                        SendMessageBatchRequestEntry::builder()
+                            .id(index.to_string())
+                            .message_body(body(chunk * 10 + index))
+                            .build()
+                            .expect("a valid entry"),
+                    );
+                }
+                request.send().await.expect("SendMessageBatch succeeds");
+            });
+            while sends.len() >= 32 {
+                sends.join_next().await;
+            }
+        }
+        while sends.join_next().await.is_some() {}
+        SqsTransport::new(self.sqs.clone(), &url).with_ackbox_extensions(&self.endpoint)
+    }
+
+    async fn rabbitmq(&self, queue: &str, messages: usize, prefetch: u16) -> RabbitMqTransport {
+        let queue = RabbitMqQueue::new(queue)
+            .prefetch(prefetch)
+            .expires(Duration::from_secs(600));
+        let connection =
+            lapin::Connection::connect(&self.amqp, lapin::ConnectionProperties::default())
+                .await
+                .expect("RabbitMQ is reachable");
+        let channel = connection.create_channel().await.expect("a channel");
+        channel
+            .confirm_select(lapin::options::ConfirmSelectOptions::default())
+            .await
+            .expect("confirms");
+        queue.declare(&channel).await.expect("the queues exist");
+        let mut confirms = Vec::with_capacity(messages);
+        for index in 0..messages {
+            confirms.push(
+                channel
+                    .basic_publish(
+                        "".into(),
+                        queue.name().into(),
+                        lapin::options::BasicPublishOptions::default(),
+                        body(index).as_bytes(),
+                        lapin::BasicProperties::default()
+                            .with_message_id(format!("m{index}").into())
+                            .with_delivery_mode(2),
+                    )
+                    .await
+                    .expect("published"),
+            );
+        }
+        for confirm in confirms {
+            assert!(confirm.await.expect("confirmed").is_ack());
+        }
+        RabbitMqTransport::connect(&self.amqp, queue)
+            .await
+            .expect("a RabbitMQ transport")
+    }
+
+    async fn nats(&self, stream: &str, messages: usize) -> NatsTransport {
+        let queue = NatsQueue::new(stream);
+        let jetstream = async_nats::jetstream::new(self.nats.clone());
+        queue.declare(&jetstream).await.expect("the streams exist");
+        // The client bounds publishes awaiting their acknowledgement.
+        for chunk in (0..messages).collect::<Vec<_>>().chunks(1_000) {
+            let mut acks = Vec::with_capacity(chunk.len());
+            for &index in chunk {
+                acks.push(
+                    jetstream
+                        .publish(stream.to_owned(), body(index).into())
+                        .await
+                        .expect("published"),
+                );
+            }
+            for ack in acks {
+                ack.await.expect("stored");
+            }
+        }
+        NatsTransport::connect(self.nats.clone(), queue)
+            .await
+            .expect("a NATS transport")
+    }
+}
+
+async fn consume<T: Transport>(
+    name: &str,
+    transport: T,
+    inbox: PgInbox,
+    messages: usize,
+    concurrency: usize,
+) -> f64 {
+    let consumer = Arc::new(
+        Consumer::builder(name)
+            .transport(transport)
+            .inbox(inbox)
+            .concurrency(concurrency)
+            .wait(Duration::from_secs(1))
+            .build()
+            .expect("a consumer"),
+    );
+    let shutdown = CancellationToken::new();
+    let started = Instant::now();
+    let running = {
+        let (consumer, shutdown) = (Arc::clone(&consumer), shutdown.clone());
+        tokio::spawn(async move { consumer.run(NoOp, shutdown).await })
+    };
+    while consumer.stats().applied() < messages as u64 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    shutdown.cancel();
+    running
+        .await
+        .expect("the consumer task")
+        .expect("the consumer ran");
+    messages as f64 / seconds
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+#[tokio::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let argument = |index: usize, default: &str| args.get(index).cloned().unwrap_or(default.into());
+    let endpoint = argument(1, "http://127.0.0.1:9324");
+    let amqp = argument(2, "amqp://guest:guest@127.0.0.1:5672/%2f");
+    let nats_url = argument(3, "nats://127.0.0.1:4222");
+    let database = argument(4, "postgres://postgres@127.0.0.1:5432/test");
+    let messages: usize = argument(5, "10000").parse().expect("a message count");
+    let concurrency: usize = argument(6, "16").parse().expect("a concurrency");
+    let rounds: usize = argument(7, "3").parse().expect("a round count");
+    let targets = Targets {
+        sqs: aws_sdk_sqs::Client::from_conf(
+            aws_sdk_sqs::Config::builder()
+                .behavior_version(BehaviorVersion::latest())
+                .region(Region::new("us-east-1"))
+                .credentials_provider(Credentials::new("key", "secret", None, None, "static"))
+                .endpoint_url(&endpoint)
+                .build(),
+        ),
+        nats: async_nats::connect(nats_url)
+            .await
+            .expect("NATS is reachable"),
+        endpoint,
+        amqp,
+    };
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(u32::try_from(concurrency).unwrap_or(16) + 2)
+        .connect(&database)
+        .await
+        .expect("PostgreSQL is reachable");
+    let inbox = PgInbox::new(pool);
+    inbox.migrate().await.expect("the inbox table exists");
+    let stamp = std::process::id();
+    let prefetch = u16::try_from(concurrency).unwrap_or(u16::MAX);
+    let (mut sqs, mut rabbitmq, mut nats) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let name = format!("tp_{stamp}_{round}");
+        let transport = targets.sqs(&name, messages).await;
+        sqs.push(
+            consume(
+                &format!("{name}_sqs"),
+                transport,
+                inbox.clone(),
+                messages,
+                concurrency,
+            )
+            .await,
+        );
+        let transport = targets.rabbitmq(&name, messages, prefetch).await;
+        rabbitmq.push(
+            consume(
+                &format!("{name}_amqp"),
+                transport,
+                inbox.clone(),
+                messages,
+                concurrency,
+            )
+            .await,
+        );
+        let transport = targets.nats(&name, messages).await;
+        nats.push(
+            consume(
+                &format!("{name}_nats"),
+                transport,
+                inbox.clone(),
+                messages,
+                concurrency,
+            )
+            .await,
+        );
+        println!(
+            "round {round}: ackbox (SQS API) {:.0} msg/s, RabbitMQ {:.0} msg/s, NATS JetStream {:.0} msg/s",
+            sqs[round], rabbitmq[round], nats[round]
+        );
+    }
+    println!(
+        "median of {rounds} rounds, {messages} messages, concurrency {concurrency}, PostgreSQL inbox:\n  \
+         ackbox (SQS API)  {:>8.0} msg/s\n  RabbitMQ          {:>8.0} msg/s\n  NATS JetStream    {:>8.0} msg/s",
+        median(&mut sqs),
+        median(&mut rabbitmq),
+        median(&mut nats)
+    );
+}

@@ -1,0 +1,280 @@
+//! RabbitMQ (`ACKBOX_TEST_AMQP_URL`): a fresh quorum queue per test, with
+//! its retry and dead-letter queues, deleted by the broker an hour after
+//! the test stops using them.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use ackbox_consumer::async_trait;
+use ackbox_consumer::rabbitmq::{
+    FAILURE_CLASS_HEADER, RabbitMqPublisher, RabbitMqQueue, RabbitMqTransport,
+};
+use lapin::options::{
+    BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
+    QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+
+use super::{Broker, unique_name};
+
+const URL_VARIABLE: &str = "ACKBOX_TEST_AMQP_URL";
+
+pub struct RabbitMqBroker {
+    url: String,
+    queue: RabbitMqQueue,
+    channel: Channel,
+    _connection: Connection,
+    /// Every transport handed out, for what they hold unacknowledged; weak,
+    /// so a dropped transport closes its connection and gives its messages
+    /// back, as a stopped process would.
+    transports: Mutex<Vec<Weak<RabbitMqTransport>>>,
+}
+
+impl RabbitMqBroker {
+    async fn count(&self, queue: &str) -> u64 {
+        let declared = self
+            .channel
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..QueueDeclareOptions::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        u64::from(declared.message_count())
+    }
+
+    async fn publish(&self, queue: &str, body: &[u8], properties: BasicProperties) {
+        let confirm = self
+            .channel
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                BasicPublishOptions::default(),
+                body,
+                properties.with_delivery_mode(2),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(confirm.is_ack());
+    }
+
+    /// Takes every dead letter off the queue (unacknowledged), for `look`.
+    async fn with_dead_letters<R>(
+        &self,
+        look: impl FnOnce(&[lapin::message::BasicGetMessage]) -> R,
+    ) -> R {
+        let mut taken = Vec::new();
+        while let Some(message) = self
+            .channel
+            .basic_get(
+                self.queue.dead_letter_queue().as_str().into(),
+                BasicGetOptions::default(),
+            )
+            .await
+            .unwrap()
+        {
+            taken.push(message);
+        }
+        look(&taken)
+    }
+}
+
+fn header_text(properties: &BasicProperties, name: &str) -> Option<String> {
+    match properties.headers().as_ref()?.inner().get(name)? {
+        AMQPValue::LongString(text) => Some(String::from_utf8_lossy(text.as_bytes()).into_owned()),
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl Broker for RabbitMqBroker {
+    type Transport = Arc<RabbitMqTransport>;
+    type Publisher = RabbitMqPublisher;
+    const DROPS_REPUBLISHED_EVENTS: bool = false;
+
+    fn available() -> bool {
+        let available = std::env::var(URL_VARIABLE).is_ok();
+        if !available {
+            eprintln!(
+                "skipped: {URL_VARIABLE} is not set, so the RabbitMQ transport is not tested here"
+            );
+        }
+        available
+    }
+
+    async fn start(lease_seconds: u32, max_deliveries: u32) -> Self {
+        let url = std::env::var(URL_VARIABLE).unwrap();
+        let queue = RabbitMqQueue::new(unique_name("work"))
+            .lease(Duration::from_secs(lease_seconds.into()))
+            .max_deliveries(max_deliveries)
+            .expires(Duration::from_secs(3_600));
+        let connection = Connection::connect(&url, ConnectionProperties::default())
+            .await
+            .expect("RabbitMQ is reachable");
+        let channel = connection.create_channel().await.unwrap();
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        queue.declare(&channel).await.unwrap();
+        Self {
+            url,
+            queue,
+            channel,
+            _connection: connection,
+            transports: Mutex::default(),
+        }
+    }
+
+    async fn transport(&self) -> Arc<RabbitMqTransport> {
+        let transport = Arc::new(
+            RabbitMqTransport::connect(&self.url, self.queue.clone())
+                .await
+                .unwrap(),
+        );
+        self.transports
+            .lock()
+            .unwrap()
+            .push(Arc::downgrade(&transport));
+        transport
+    }
+
+    async fn publisher(&self) -> RabbitMqPublisher {
+        RabbitMqPublisher::connect(&self.url).await.unwrap()
+    }
+
+    fn destination(&self) -> String {
+        self.queue.name().to_owned()
+    }
+
+    async fn send(&self, body: &str) -> String {
+        let id = unique_name("message");
+        self.publish(
+            self.queue.name(),
+            body.as_bytes(),
+            BasicProperties::default().with_message_id(id.as_str().into()),
+        )
+        .await;
+        id
+    }
+
+    async fn send_batch(&self, bodies: &[String]) {
+        let mut confirms = Vec::with_capacity(bodies.len());
+        for body in bodies {
+            let id = unique_name("message");
+            confirms.push(
+                self.channel
+                    .basic_publish(
+                        "".into(),
+                        self.queue.name().into(),
+                        BasicPublishOptions::default(),
+                        body.as_bytes(),
+                        BasicProperties::default()
+                            .with_message_id(id.as_str().into())
+                            .with_delivery_mode(2),
+                    )
+                    .await
+                    .unwrap(),
+            );
+        }
+        for confirm in confirms {
+            assert!(confirm.await.unwrap().is_ack());
+        }
+    }
+
+    async fn depth(&self) -> (u64, u64) {
+        let ready = self.count(self.queue.name()).await;
+        let waiting = self.count(&self.queue.retry_queue()).await;
+        let held: u64 = self
+            .transports
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|transport| transport.unsettled())
+            .sum();
+        (ready, waiting + held)
+    }
+
+    async fn dead_letter_depth(&self) -> u64 {
+        // The broker dead-letters a message given back past its delivery
+        // limit; the transport, one it receives past the limit: receive once.
+        let transport = self.transport().await;
+        let _ =
+            ackbox_consumer::Transport::receive(&transport, 10, Duration::from_millis(200)).await;
+        drop(transport);
+        self.count(&self.queue.dead_letter_queue()).await
+    }
+
+    async fn dead_letters(&self) -> Vec<(String, String)> {
+        let (letters, last_tag) = self
+            .with_dead_letters(|messages| {
+                let letters = messages
+                    .iter()
+                    .map(|message| {
+                        let properties = &message.delivery.properties;
+                        let class = header_text(properties, FAILURE_CLASS_HEADER)
+                            .or_else(|| header_text(properties, "x-first-death-reason"))
+                            .unwrap_or_default();
+                        (
+                            String::from_utf8_lossy(&message.delivery.data).into_owned(),
+                            class,
+                        )
+                    })
+                    .collect::<Vec<_>>();
+                (
+                    letters,
+                    messages.last().map(|message| message.delivery.delivery_tag),
+                )
+            })
+            .await;
+        if let Some(tag) = last_tag {
+            self.channel
+                .basic_nack(
+                    tag,
+                    BasicNackOptions {
+                        multiple: true,
+                        requeue: true,
+                    },
+                )
+                .await
+                .unwrap();
+        }
+        letters
+    }
+
+    async fn redrive(&self) {
+        let taken = self
+            .with_dead_letters(|messages| {
+                messages
+                    .iter()
+                    .map(|message| {
+                        (
+                            message.delivery.data.clone(),
+                            message.delivery.properties.message_id().clone(),
+                            message.delivery.delivery_tag,
+                        )
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .await;
+        for (body, id, tag) in taken {
+            let mut properties = BasicProperties::default();
+            if let Some(id) = id {
+                properties = properties.with_message_id(id);
+            }
+            self.publish(self.queue.name(), &body, properties).await;
+            self.channel
+                .basic_ack(tag, BasicAckOptions::default())
+                .await
+                .unwrap();
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! ackbox over the SQS API: the queue `work` and its dead-letter queue
+//! `work-dlq` on a test server of its own.
+
+use ackbox_consumer::{SqsPublisher, SqsTransport, async_trait};
+use ackbox_testkit::server::TestServer;
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::types::QueueAttributeName;
+
+use super::Broker;
+
+/// A broker with `work` (lease `lease_seconds`, dead-lettering after
+/// `max_receive` receives) and its dead-letter queue `work-dlq`.
+pub struct SqsBroker {
+    pub server: TestServer,
+    pub client: Client,
+    pub url: String,
+    pub dlq_url: String,
+}
+
+impl SqsBroker {
+    async fn create(lease_seconds: u32, max_receive: u32) -> Self {
+        let server = TestServer::builder().start().await;
+        let client = server.client();
+        let dlq_url = create(&client, "work-dlq", &[]).await;
+        let dlq_arn = attribute(&client, &dlq_url, QueueAttributeName::QueueArn).await;
+        let policy =
+            format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":{max_receive}}}"#);
+        let url = create(
+            &client,
+            "work",
+            &[
+                (
+                    QueueAttributeName::VisibilityTimeout,
+                    lease_seconds.to_string(),
+                ),
+                (QueueAttributeName::RedrivePolicy, policy),
+            ],
+        )
+        .await;
+        Self {
+            server,
+            client,
+            url,
+            dlq_url,
+        }
+    }
+
+    /// The transport as it would run against AWS: plain SQS calls only.
+    pub fn aws_transport(&self) -> SqsTransport {
+        SqsTransport::new(self.client.clone(), &self.url)
+    }
+
+    async fn send_one(&self, body: &str) -> String {
+        self.client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap()
+            .message_id
+            .unwrap()
+    }
+
+    async fn send_many(&self, bodies: &[String]) {
+        for chunk in bodies.chunks(10) {
+            let mut request = self.client.send_message_batch().queue_url(&self.url);
+            for (index, body) in chunk.iter().enumerate() {
+                request = request.entries(
+                    aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                        .id(index.to_string())
+                        .message_body(body)
+                        .build()
+                        .unwrap(),
+                );
+            }
+            let output = request.send().await.unwrap();
+            assert!(output.failed().is_empty());
+        }
+    }
+
+    /// Visible + in flight + delayed messages of a queue.
+    pub async fn depth_of(&self, url: &str) -> (u64, u64) {
+        let attributes = self
+            .client
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(QueueAttributeName::All)
+            .send()
+            .await
+            .unwrap()
+            .attributes
+            .unwrap();
+        let count = |name| attributes[&name].parse::<u64>().unwrap();
+        (
+            count(QueueAttributeName::ApproximateNumberOfMessages),
+            count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        )
+    }
+
+    /// The dead-letter queue's messages with the failure class a copy
+    /// carries as a message attribute (plain SQS dead-lettering).
+    pub async fn dead_letter_copies(&self) -> Vec<(String, String)> {
+        let output = self
+            .client
+            .receive_message()
+            .queue_url(&self.dlq_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .message_attribute_names("All")
+            .send()
+            .await
+            .unwrap();
+        output
+            .messages()
+            .iter()
+            .map(|message| {
+                let class = message
+                    .message_attributes()
+                    .and_then(|attributes| attributes.get("ackbox.failure.class"))
+                    .and_then(|value| value.string_value())
+                    .unwrap_or_default()
+                    .to_owned();
+                (message.body().unwrap_or_default().to_owned(), class)
+            })
+            .collect()
+    }
+
+    /// The dead-letter queue's messages with their failure classes.
+    async fn native_dead_letters(&self) -> Vec<(String, String)> {
+        let output = self
+            .client
+            .receive_message()
+            .queue_url(&self.dlq_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .unwrap();
+        output
+            .messages()
+            .iter()
+            .map(|message| {
+                let class = message
+                    .attributes()
+                    .and_then(|attributes| {
+                        attributes.get(&aws_sdk_sqs::types::MessageSystemAttributeName::from(
+                            "AckBoxFailureClass",
+                        ))
+                    })
+                    .cloned()
+                    .unwrap_or_default();
+                (message.body().unwrap_or_default().to_owned(), class)
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Broker for SqsBroker {
+    type Transport = SqsTransport;
+    type Publisher = SqsPublisher;
+    const DROPS_REPUBLISHED_EVENTS: bool = false;
+
+    fn available() -> bool {
+        true
+    }
+
+    async fn start(lease_seconds: u32, max_deliveries: u32) -> Self {
+        Self::create(lease_seconds, max_deliveries).await
+    }
+
+    async fn transport(&self) -> SqsTransport {
+        SqsTransport::new(self.client.clone(), &self.url).with_ackbox_extensions(&self.server.url())
+    }
+
+    async fn publisher(&self) -> SqsPublisher {
+        SqsPublisher::new(self.client.clone())
+    }
+
+    fn destination(&self) -> String {
+        self.url.clone()
+    }
+
+    async fn send(&self, body: &str) -> String {
+        self.send_one(body).await
+    }
+
+    async fn send_batch(&self, bodies: &[String]) {
+        self.send_many(bodies).await;
+    }
+
+    async fn depth(&self) -> (u64, u64) {
+        self.depth_of(&self.url).await
+    }
+
+    async fn dead_letter_depth(&self) -> u64 {
+        // SQS moves a message past maxReceiveCount at the next receive.
+        let _ = self
+            .client
+            .receive_message()
+            .queue_url(&self.url)
+            .send()
+            .await;
+        self.depth_of(&self.dlq_url).await.0
+    }
+
+    async fn dead_letters(&self) -> Vec<(String, String)> {
+        self.native_dead_letters().await
+    }
+
+    async fn redrive(&self) {
+        let dlq_arn = ackbox_testkit::client::queue_arn(&self.client, &self.dlq_url).await;
+        self.client
+            .start_message_move_task()
+            .source_arn(dlq_arn)
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+async fn create(
+    client: &Client,
+    name: &str,
+    attributes: &[(QueueAttributeName, String)],
+) -> String {
+    let mut request = client.create_queue().queue_name(name);
+    for (attribute, value) in attributes {
+        request = request.attributes(attribute.clone(), value);
+    }
+    request.send().await.unwrap().queue_url.unwrap()
+}
+
+async fn attribute(client: &Client, url: &str, name: QueueAttributeName) -> String {
+    client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(name.clone())
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&name]
+        .clone()
+}
