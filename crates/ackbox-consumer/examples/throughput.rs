@@ -9,29 +9,12 @@
 //!     http://127.0.0.1:9324 postgres://postgres@127.0.0.1:5432/test 20000 16 3
 //! ```
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod common;
 
-use ackbox_consumer::{
-    CancellationToken, Claim, ClaimRequest, Consumer, Handler, HandlerError, Inbox, Message,
-    PgInbox, SqsTransport, async_trait,
-};
+use ackbox_consumer::{Claim, ClaimRequest, Inbox, PgInbox, SqsTransport, async_trait};
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use common::{consume, fill_sqs, median};
 use sqlx::{Postgres, Transaction};
-
-struct NoOp;
-
-#[async_trait]
-impl Handler<Postgres> for NoOp {
-    async fn handle(
-        &self,
-        _: &Message,
-        _: &mut Transaction<'static, Postgres>,
-    ) -> Result<(), HandlerError> {
-        Ok(())
-    }
-}
 
 /// The baseline: the handler's transaction without the inbox row.
 #[derive(Clone)]
@@ -72,30 +55,6 @@ impl Inbox for NoClaim {
     }
 }
 
-async fn fill(client: &aws_sdk_sqs::Client, url: &str, messages: usize) {
-    let mut sends = tokio::task::JoinSet::new();
-    for chunk in 0..messages.div_ceil(10) {
-        let (client, url) = (client.clone(), url.to_owned());
-        sends.spawn(async move {
-            let mut request = client.send_message_batch().queue_url(url);
-            for index in 0..10 {
-                request = request.entries(
-                    SendMessageBatchRequestEntry::builder()
-                        .id(index.to_string())
-                        .message_body(format!(r#"{{"n":{}}}"#, chunk * 10 + index))
-                        .build()
-                        .expect("a valid entry"),
-                );
-            }
-            request.send().await.expect("SendMessageBatch succeeds");
-        });
-        while sends.len() >= 32 {
-            sends.join_next().await;
-        }
-    }
-    while sends.join_next().await.is_some() {}
-}
-
 async fn measure<I: Inbox<Database = Postgres>>(
     client: &aws_sdk_sqs::Client,
     endpoint: &str,
@@ -112,37 +71,9 @@ async fn measure<I: Inbox<Database = Postgres>>(
         .expect("CreateQueue succeeds")
         .queue_url
         .expect("a queue URL");
-    fill(client, &url, messages).await;
-    let consumer = Arc::new(
-        Consumer::builder(queue)
-            .transport(SqsTransport::new(client.clone(), &url).with_ackbox_extensions(endpoint))
-            .inbox(inbox)
-            .concurrency(concurrency)
-            .wait(Duration::from_secs(1))
-            .build()
-            .expect("a consumer"),
-    );
-    let shutdown = CancellationToken::new();
-    let started = Instant::now();
-    let running = {
-        let (consumer, shutdown) = (Arc::clone(&consumer), shutdown.clone());
-        tokio::spawn(async move { consumer.run(NoOp, shutdown).await })
-    };
-    while consumer.stats().applied() < messages as u64 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    shutdown.cancel();
-    running
-        .await
-        .expect("the consumer task")
-        .expect("the consumer ran");
-    messages as f64 / seconds
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
+    fill_sqs(client, &url, messages).await;
+    let transport = SqsTransport::new(client.clone(), &url).with_ackbox_extensions(endpoint);
+    consume(queue, transport, inbox, messages, concurrency).await
 }
 
 #[tokio::main]

@@ -11,35 +11,15 @@
 //!     postgres://postgres@127.0.0.1:5432/test 10000 16 3
 //! ```
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+mod common;
+
+use std::time::Duration;
 
 use ackbox_consumer::nats::{NatsQueue, NatsTransport};
 use ackbox_consumer::rabbitmq::{RabbitMqQueue, RabbitMqTransport};
-use ackbox_consumer::{
-    CancellationToken, Consumer, Handler, HandlerError, Inbox, Message, PgInbox, SqsTransport,
-    Transport, async_trait,
-};
+use ackbox_consumer::{Inbox, PgInbox, SqsTransport};
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
-use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use sqlx::{Postgres, Transaction};
-
-struct NoOp;
-
-#[async_trait]
-impl Handler<Postgres> for NoOp {
-    async fn handle(
-        &self,
-        _: &Message,
-        _: &mut Transaction<'static, Postgres>,
-    ) -> Result<(), HandlerError> {
-        Ok(())
-    }
-}
-
-fn body(index: usize) -> String {
-    format!(r#"{{"n":{index}}}"#)
-}
+use common::{body, consume, fill_sqs, median};
 
 struct Targets {
     endpoint: String,
@@ -59,27 +39,7 @@ impl Targets {
             .expect("CreateQueue succeeds")
             .queue_url
             .expect("a queue URL");
-        let mut sends = tokio::task::JoinSet::new();
-        for chunk in 0..messages.div_ceil(10) {
-            let (client, url) = (self.sqs.clone(), url.clone());
-            sends.spawn(async move {
-                let mut request = client.send_message_batch().queue_url(url);
-                for index in 0..10 {
-                    request = request.entries(
-                        SendMessageBatchRequestEntry::builder()
-                            .id(index.to_string())
-                            .message_body(body(chunk * 10 + index))
-                            .build()
-                            .expect("a valid entry"),
-                    );
-                }
-                request.send().await.expect("SendMessageBatch succeeds");
-            });
-            while sends.len() >= 32 {
-                sends.join_next().await;
-            }
-        }
-        while sends.join_next().await.is_some() {}
+        fill_sqs(&self.sqs, &url, messages).await;
         SqsTransport::new(self.sqs.clone(), &url).with_ackbox_extensions(&self.endpoint)
     }
 
@@ -145,45 +105,6 @@ impl Targets {
             .await
             .expect("a NATS transport")
     }
-}
-
-async fn consume<T: Transport>(
-    name: &str,
-    transport: T,
-    inbox: PgInbox,
-    messages: usize,
-    concurrency: usize,
-) -> f64 {
-    let consumer = Arc::new(
-        Consumer::builder(name)
-            .transport(transport)
-            .inbox(inbox)
-            .concurrency(concurrency)
-            .wait(Duration::from_secs(1))
-            .build()
-            .expect("a consumer"),
-    );
-    let shutdown = CancellationToken::new();
-    let started = Instant::now();
-    let running = {
-        let (consumer, shutdown) = (Arc::clone(&consumer), shutdown.clone());
-        tokio::spawn(async move { consumer.run(NoOp, shutdown).await })
-    };
-    while consumer.stats().applied() < messages as u64 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    shutdown.cancel();
-    running
-        .await
-        .expect("the consumer task")
-        .expect("the consumer ran");
-    messages as f64 / seconds
-}
-
-fn median(values: &mut [f64]) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 #[tokio::main]

@@ -1,6 +1,6 @@
 //! NATS JetStream (`ACKBOX_TEST_NATS_URL`): a fresh stream per test, with
-//! its dead-letter stream; streams earlier runs left behind for more than an
-//! hour are deleted.
+//! its dead-letter stream, deleted when the test ends; streams a killed run
+//! left behind for more than an hour are deleted by the next.
 
 use std::time::Duration;
 
@@ -19,6 +19,7 @@ const URL_VARIABLE: &str = "ACKBOX_TEST_NATS_URL";
 const PREFIX: &str = "ackboxtest";
 
 pub struct NatsBroker {
+    url: String,
     client: async_nats::Client,
     jetstream: Context,
     queue: NatsQueue,
@@ -48,6 +49,31 @@ impl NatsBroker {
             }
         }
         letters
+    }
+}
+
+impl Drop for NatsBroker {
+    fn drop(&mut self) {
+        // A client of its own: this one's connection lives on the test's runtime.
+        let url = self.url.clone();
+        let names = [
+            self.queue.stream().to_owned(),
+            self.queue.dead_letter_stream(),
+        ];
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let jetstream = async_nats::jetstream::new(async_nats::connect(&url).await.ok()?);
+                for name in names {
+                    jetstream.delete_stream(&name).await.ok()?;
+                }
+                Some(())
+            })
+        })
+        .join();
     }
 }
 
@@ -93,7 +119,7 @@ impl Broker for NatsBroker {
 
     async fn start(lease_seconds: u32, max_deliveries: u32) -> Self {
         let url = std::env::var(URL_VARIABLE).unwrap();
-        let client = async_nats::connect(url).await.expect("NATS is reachable");
+        let client = async_nats::connect(&url).await.expect("NATS is reachable");
         let jetstream = async_nats::jetstream::new(client.clone());
         delete_stale_streams(&jetstream).await;
         let queue = NatsQueue::new(unique_name(PREFIX))
@@ -101,6 +127,7 @@ impl Broker for NatsBroker {
             .max_deliveries(max_deliveries);
         queue.declare(&jetstream).await.unwrap();
         Self {
+            url,
             client,
             jetstream,
             queue,

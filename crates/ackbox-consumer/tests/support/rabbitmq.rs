@@ -1,6 +1,6 @@
 //! RabbitMQ (`ACKBOX_TEST_AMQP_URL`): a fresh quorum queue per test, with
-//! its retry and dead-letter queues, deleted by the broker an hour after
-//! the test stops using them.
+//! its retry and dead-letter queues, deleted when the test ends (and by the
+//! broker an hour after their last use, should a run be killed).
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -11,7 +11,7 @@ use ackbox_consumer::rabbitmq::{
 };
 use lapin::options::{
     BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
-    QueueDeclareOptions,
+    QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
@@ -83,6 +83,42 @@ impl RabbitMqBroker {
             taken.push(message);
         }
         look(&taken)
+    }
+}
+
+/// The queues go when the test ends, passed or failed: hundreds of idle
+/// quorum queues slow the broker down for every later test.
+impl Drop for RabbitMqBroker {
+    fn drop(&mut self) {
+        let url = self.url.clone();
+        let names = [
+            self.queue.name().to_owned(),
+            self.queue.retry_queue(),
+            self.queue.dead_letter_queue(),
+        ];
+        let deleted = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            runtime.block_on(async {
+                let connection = Connection::connect(&url, ConnectionProperties::default())
+                    .await
+                    .ok()?;
+                let channel = connection.create_channel().await.ok()?;
+                for name in names {
+                    channel
+                        .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
+                        .await
+                        .ok()?;
+                }
+                connection.close(200, "test done".into()).await.ok()
+            })
+        })
+        .join();
+        if !matches!(deleted, Ok(Some(()))) {
+            eprintln!("the test queues were not deleted; the broker drops them within the hour");
+        }
     }
 }
 
