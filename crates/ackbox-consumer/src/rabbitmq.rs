@@ -351,7 +351,7 @@ impl RabbitMqTransport {
 
     /// Publishes a copy of `held` to `queue` with the failure and the
     /// attempts so far, waits for the broker's confirm, then acknowledges
-    /// the original.
+    /// the original (or, if the copy failed, gives the original back).
     async fn move_to(
         &self,
         held: Held,
@@ -386,14 +386,24 @@ impl RabbitMqTransport {
         if let Some(delay) = expiration {
             properties = properties.with_expiration(delay.as_millis().to_string().into());
         }
-        publish_confirmed(
+        let published = publish_confirmed(
             &held.link.publisher,
             queue,
             held.message.body.as_bytes(),
             properties,
         )
-        .await?;
-        self.acknowledge(&held).await
+        .await;
+        match published {
+            Ok(()) => self.acknowledge(&held).await,
+            Err(error) => {
+                // The lease is gone: give the original back rather than
+                // leave it unacknowledged until the connection closes.
+                if let Err(give_back) = self.give_back(&held).await {
+                    tracing::warn!(message_id = %held.message.id, error = %give_back, "could not give back a message whose copy failed; it returns when the connection closes");
+                }
+                Err(error)
+            }
+        }
     }
 
     async fn acknowledge(&self, held: &Held) -> Result<(), TransportError> {
@@ -496,24 +506,33 @@ async fn publish_confirmed(
     properties: BasicProperties,
 ) -> Result<(), TransportError> {
     let confirm = channel
-        .basic_publish(
-            "".into(),
-            queue.into(),
-            BasicPublishOptions::default(),
-            body,
-            properties,
-        )
+        .basic_publish("".into(), queue.into(), MANDATORY, body, properties)
         .await
         .map_err(|error| TransportError::new("basic.publish", error))?
         .await
         .map_err(|error| TransportError::new("basic.publish", error))?;
-    if confirm.is_ack() {
-        Ok(())
-    } else {
-        Err(TransportError::new(
-            "basic.publish",
-            format!("the broker refused the message for {queue} (nack)"),
-        ))
+    confirmed(confirm, queue).map_err(|detail| TransportError::new("basic.publish", detail))
+}
+
+/// Publishes are mandatory: a message no queue takes comes back (and fails)
+/// instead of vanishing behind a positive confirm.
+const MANDATORY: BasicPublishOptions = BasicPublishOptions {
+    mandatory: true,
+    immediate: false,
+};
+
+/// Whether the broker took the message: confirmed, and not returned as
+/// unroutable.
+fn confirmed(confirm: lapin::Confirmation, queue: &str) -> Result<(), String> {
+    if !confirm.is_ack() {
+        return Err(format!("the broker refused the message for {queue} (nack)"));
+    }
+    match confirm.take_message() {
+        None => Ok(()),
+        Some(returned) => Err(format!(
+            "no queue {queue} took the message ({} {})",
+            returned.reply_code, returned.reply_text
+        )),
     }
 }
 
@@ -779,7 +798,7 @@ impl Publisher for RabbitMqPublisher {
                     .basic_publish(
                         "".into(),
                         event.destination.as_str().into(),
-                        BasicPublishOptions::default(),
+                        MANDATORY,
                         event.body.as_bytes(),
                         properties,
                     )
@@ -787,12 +806,11 @@ impl Publisher for RabbitMqPublisher {
             );
         }
         let mut results = Vec::with_capacity(events.len());
-        for confirm in confirms {
+        for (confirm, pending) in confirms.into_iter().zip(events) {
             results.push(match confirm {
                 Err(error) => Err(error.to_string()),
-                Ok(pending) => match pending.await {
-                    Ok(confirmation) if confirmation.is_ack() => Ok(()),
-                    Ok(_) => Err("the broker refused the message (nack)".to_owned()),
+                Ok(confirm) => match confirm.await {
+                    Ok(confirmation) => confirmed(confirmation, &pending.event.destination),
                     Err(error) => Err(error.to_string()),
                 },
             });

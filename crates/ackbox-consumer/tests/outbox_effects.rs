@@ -516,7 +516,31 @@ async fn several_relays_publish_each_event_once_and_fifo_queues_drop_republished
     );
 }
 
-support::for_each_transport!([outbox_relay_publishing_an_event_twice_is_absorbed_by_the_inbox]);
+/// A destination no queue answers for (a typo, a deleted queue) must fail
+/// the publication, not swallow the event behind a positive answer.
+async fn an_event_no_queue_takes_stays_in_the_outbox<K: Broker, B: Backend>(backend: B) {
+    let broker = K::start(5, 10).await;
+    let outbox = backend.outbox();
+    outbox.migrate().await.unwrap();
+    let mut transaction = backend.inbox().begin().await.unwrap();
+    outbox
+        .enqueue(
+            &mut transaction,
+            OutboxEvent::new(format!("{}_missing", broker.destination()), body("o-1")),
+        )
+        .await
+        .unwrap();
+    transaction.commit().await.unwrap();
+    let relay = OutboxRelay::new(outbox.clone(), broker.publisher().await);
+    let pass = relay.run_once().await.unwrap();
+    assert_eq!((pass.published, pass.failed), (0, 1), "refused, not lost");
+    assert_eq!(outbox.backlog().await.unwrap().unpublished, 1);
+}
+
+support::for_each_transport!([
+    outbox_relay_publishing_an_event_twice_is_absorbed_by_the_inbox,
+    an_event_no_queue_takes_stays_in_the_outbox,
+]);
 
 support::for_each_backend!(
     external_api_timeout_is_unknown_then_reconciled_never_a_blind_second_charge,

@@ -18,7 +18,76 @@ pub struct SqsBroker {
 }
 
 impl SqsBroker {
-    async fn create(lease_seconds: u32, max_receive: u32) -> Self {
+    /// The transport as it would run against AWS: plain SQS calls only.
+    pub fn aws_transport(&self) -> SqsTransport {
+        SqsTransport::new(self.client.clone(), &self.url)
+    }
+
+    /// Visible + in flight + delayed messages of a queue.
+    pub async fn depth_of(&self, url: &str) -> (u64, u64) {
+        let attributes = self
+            .client
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(QueueAttributeName::All)
+            .send()
+            .await
+            .unwrap()
+            .attributes
+            .unwrap();
+        let count = |name| attributes[&name].parse::<u64>().unwrap();
+        (
+            count(QueueAttributeName::ApproximateNumberOfMessages),
+            count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        )
+    }
+
+    /// The dead-letter queue's messages, left where they are.
+    async fn peek_dead_letters(&self) -> Vec<aws_sdk_sqs::types::Message> {
+        self.client
+            .receive_message()
+            .queue_url(&self.dlq_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(0)
+            .message_attribute_names("All")
+            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            .send()
+            .await
+            .unwrap()
+            .messages
+            .unwrap_or_default()
+    }
+
+    /// The dead-letter queue's messages with the failure class a copy
+    /// carries as a message attribute (plain SQS dead-lettering).
+    pub async fn dead_letter_copies(&self) -> Vec<(String, String)> {
+        self.peek_dead_letters()
+            .await
+            .iter()
+            .map(|message| {
+                let class = message
+                    .message_attributes()
+                    .and_then(|attributes| attributes.get("ackbox.failure.class"))
+                    .and_then(|value| value.string_value())
+                    .unwrap_or_default()
+                    .to_owned();
+                (message.body().unwrap_or_default().to_owned(), class)
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl Broker for SqsBroker {
+    type Transport = SqsTransport;
+    type Publisher = SqsPublisher;
+    const DROPS_REPUBLISHED_EVENTS: bool = false;
+
+    fn available() -> bool {
+        true
+    }
+
+    async fn start(lease_seconds: u32, max_receive: u32) -> Self {
         let server = TestServer::builder().start().await;
         let client = server.client();
         let dlq_url = create(&client, "work-dlq", &[]).await;
@@ -45,12 +114,19 @@ impl SqsBroker {
         }
     }
 
-    /// The transport as it would run against AWS: plain SQS calls only.
-    pub fn aws_transport(&self) -> SqsTransport {
-        SqsTransport::new(self.client.clone(), &self.url)
+    async fn transport(&self) -> SqsTransport {
+        SqsTransport::new(self.client.clone(), &self.url).with_ackbox_extensions(&self.server.url())
     }
 
-    async fn send_one(&self, body: &str) -> String {
+    async fn publisher(&self) -> SqsPublisher {
+        SqsPublisher::new(self.client.clone())
+    }
+
+    fn destination(&self) -> String {
+        self.url.clone()
+    }
+
+    async fn send(&self, body: &str) -> String {
         self.client
             .send_message()
             .queue_url(&self.url)
@@ -62,7 +138,7 @@ impl SqsBroker {
             .unwrap()
     }
 
-    async fn send_many(&self, bodies: &[String]) {
+    async fn send_batch(&self, bodies: &[String]) {
         for chunk in bodies.chunks(10) {
             let mut request = self.client.send_message_batch().queue_url(&self.url);
             for (index, body) in chunk.iter().enumerate() {
@@ -77,118 +153,6 @@ impl SqsBroker {
             let output = request.send().await.unwrap();
             assert!(output.failed().is_empty());
         }
-    }
-
-    /// Visible + in flight + delayed messages of a queue.
-    pub async fn depth_of(&self, url: &str) -> (u64, u64) {
-        let attributes = self
-            .client
-            .get_queue_attributes()
-            .queue_url(url)
-            .attribute_names(QueueAttributeName::All)
-            .send()
-            .await
-            .unwrap()
-            .attributes
-            .unwrap();
-        let count = |name| attributes[&name].parse::<u64>().unwrap();
-        (
-            count(QueueAttributeName::ApproximateNumberOfMessages),
-            count(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
-        )
-    }
-
-    /// The dead-letter queue's messages with the failure class a copy
-    /// carries as a message attribute (plain SQS dead-lettering).
-    pub async fn dead_letter_copies(&self) -> Vec<(String, String)> {
-        let output = self
-            .client
-            .receive_message()
-            .queue_url(&self.dlq_url)
-            .max_number_of_messages(10)
-            .visibility_timeout(0)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .unwrap();
-        output
-            .messages()
-            .iter()
-            .map(|message| {
-                let class = message
-                    .message_attributes()
-                    .and_then(|attributes| attributes.get("ackbox.failure.class"))
-                    .and_then(|value| value.string_value())
-                    .unwrap_or_default()
-                    .to_owned();
-                (message.body().unwrap_or_default().to_owned(), class)
-            })
-            .collect()
-    }
-
-    /// The dead-letter queue's messages with their failure classes.
-    async fn native_dead_letters(&self) -> Vec<(String, String)> {
-        let output = self
-            .client
-            .receive_message()
-            .queue_url(&self.dlq_url)
-            .max_number_of_messages(10)
-            .visibility_timeout(0)
-            .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
-            .send()
-            .await
-            .unwrap();
-        output
-            .messages()
-            .iter()
-            .map(|message| {
-                let class = message
-                    .attributes()
-                    .and_then(|attributes| {
-                        attributes.get(&aws_sdk_sqs::types::MessageSystemAttributeName::from(
-                            "AckBoxFailureClass",
-                        ))
-                    })
-                    .cloned()
-                    .unwrap_or_default();
-                (message.body().unwrap_or_default().to_owned(), class)
-            })
-            .collect()
-    }
-}
-
-#[async_trait]
-impl Broker for SqsBroker {
-    type Transport = SqsTransport;
-    type Publisher = SqsPublisher;
-    const DROPS_REPUBLISHED_EVENTS: bool = false;
-
-    fn available() -> bool {
-        true
-    }
-
-    async fn start(lease_seconds: u32, max_deliveries: u32) -> Self {
-        Self::create(lease_seconds, max_deliveries).await
-    }
-
-    async fn transport(&self) -> SqsTransport {
-        SqsTransport::new(self.client.clone(), &self.url).with_ackbox_extensions(&self.server.url())
-    }
-
-    async fn publisher(&self) -> SqsPublisher {
-        SqsPublisher::new(self.client.clone())
-    }
-
-    fn destination(&self) -> String {
-        self.url.clone()
-    }
-
-    async fn send(&self, body: &str) -> String {
-        self.send_one(body).await
-    }
-
-    async fn send_batch(&self, bodies: &[String]) {
-        self.send_many(bodies).await;
     }
 
     async fn depth(&self) -> (u64, u64) {
@@ -207,7 +171,21 @@ impl Broker for SqsBroker {
     }
 
     async fn dead_letters(&self) -> Vec<(String, String)> {
-        self.native_dead_letters().await
+        // ackbox keeps the failure class with the message itself.
+        let class_attribute =
+            aws_sdk_sqs::types::MessageSystemAttributeName::from("AckBoxFailureClass");
+        self.peek_dead_letters()
+            .await
+            .iter()
+            .map(|message| {
+                let class = message
+                    .attributes()
+                    .and_then(|attributes| attributes.get(&class_attribute))
+                    .cloned()
+                    .unwrap_or_default();
+                (message.body().unwrap_or_default().to_owned(), class)
+            })
+            .collect()
     }
 
     async fn redrive(&self) {
