@@ -545,7 +545,7 @@ async fn soak_10000_messages_through_crashes_and_duplicates_make_10000_effects<
         Arc::clone(&script),
         Duration::from_secs(240),
         "every message is done",
-        || async { drained(&broker).await },
+        || async { backend.total_effects().await >= MESSAGES as i64 && drained(&broker).await },
     )
     .await;
     assert!(

@@ -65,6 +65,21 @@ impl RabbitMqBroker {
         assert!(confirm.is_ack());
     }
 
+    /// Ready messages, and those waiting to be retried or unacknowledged.
+    async fn depth_now(&self) -> (u64, u64) {
+        let ready = self.count(self.queue.name()).await;
+        let waiting = self.count(&self.queue.retry_queue()).await;
+        let held: u64 = self
+            .transports
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .map(|transport| transport.unsettled())
+            .sum();
+        (ready, waiting + held)
+    }
+
     /// Takes every dead letter off the queue (unacknowledged), for `look`.
     async fn with_dead_letters<R>(
         &self,
@@ -226,17 +241,14 @@ impl Broker for RabbitMqBroker {
     }
 
     async fn depth(&self) -> (u64, u64) {
-        let ready = self.count(self.queue.name()).await;
-        let waiting = self.count(&self.queue.retry_queue()).await;
-        let held: u64 = self
-            .transports
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(Weak::upgrade)
-            .map(|transport| transport.unsettled())
-            .sum();
-        (ready, waiting + held)
+        let depth = self.depth_now().await;
+        if depth != (0, 0) {
+            return depth;
+        }
+        // A message on its way to a consumer, or given back and not yet
+        // requeued, is counted nowhere for a moment: look again.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        self.depth_now().await
     }
 
     async fn dead_letter_depth(&self) -> u64 {
