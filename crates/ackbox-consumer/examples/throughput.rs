@@ -12,8 +12,7 @@
 mod common;
 
 use ackbox_consumer::{Claim, ClaimRequest, Inbox, PgInbox, SqsTransport, async_trait};
-use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
-use common::{consume, fill_sqs, median};
+use common::{consume, fill_sqs, median, pg_inbox, sqs_client};
 use sqlx::{Postgres, Transaction};
 
 /// The baseline: the handler's transaction without the inbox row.
@@ -99,21 +98,8 @@ async fn main() {
         .get(5)
         .and_then(|value| value.parse().ok())
         .unwrap_or(3);
-    let client = aws_sdk_sqs::Client::from_conf(
-        aws_sdk_sqs::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .credentials_provider(Credentials::new("key", "secret", None, None, "static"))
-            .endpoint_url(&endpoint)
-            .build(),
-    );
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(u32::try_from(concurrency).unwrap_or(16) + 2)
-        .connect(&database)
-        .await
-        .expect("PostgreSQL is reachable");
-    let inbox = PgInbox::new(pool);
-    inbox.migrate().await.expect("the inbox table exists");
+    let client = sqs_client(&endpoint);
+    let inbox = pg_inbox(&database, concurrency).await;
     let stamp = std::process::id();
     let (mut with_inbox, mut without) = (Vec::new(), Vec::new());
     for round in 0..rounds {

@@ -15,11 +15,10 @@ mod common;
 
 use std::time::Duration;
 
+use ackbox_consumer::SqsTransport;
 use ackbox_consumer::nats::{NatsQueue, NatsTransport};
 use ackbox_consumer::rabbitmq::{RabbitMqQueue, RabbitMqTransport};
-use ackbox_consumer::{Inbox, PgInbox, SqsTransport};
-use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
-use common::{body, consume, fill_sqs, median};
+use common::{body, consume, fill_sqs, median, pg_inbox, sqs_client};
 
 struct Targets {
     endpoint: String,
@@ -119,27 +118,14 @@ async fn main() {
     let concurrency: usize = argument(6, "16").parse().expect("a concurrency");
     let rounds: usize = argument(7, "3").parse().expect("a round count");
     let targets = Targets {
-        sqs: aws_sdk_sqs::Client::from_conf(
-            aws_sdk_sqs::Config::builder()
-                .behavior_version(BehaviorVersion::latest())
-                .region(Region::new("us-east-1"))
-                .credentials_provider(Credentials::new("key", "secret", None, None, "static"))
-                .endpoint_url(&endpoint)
-                .build(),
-        ),
+        sqs: sqs_client(&endpoint),
         nats: async_nats::connect(nats_url)
             .await
             .expect("NATS is reachable"),
         endpoint,
         amqp,
     };
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(u32::try_from(concurrency).unwrap_or(16) + 2)
-        .connect(&database)
-        .await
-        .expect("PostgreSQL is reachable");
-    let inbox = PgInbox::new(pool);
-    inbox.migrate().await.expect("the inbox table exists");
+    let inbox = pg_inbox(&database, concurrency).await;
     let stamp = std::process::id();
     let prefetch = u16::try_from(concurrency).unwrap_or(u16::MAX);
     let (mut sqs, mut rabbitmq, mut nats) = (Vec::new(), Vec::new(), Vec::new());

@@ -4,9 +4,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ackbox_consumer::PgInbox;
 use ackbox_consumer::{
     CancellationToken, Consumer, Handler, HandlerError, Inbox, Message, Transport, async_trait,
 };
+use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use sqlx::{Postgres, Transaction};
 
@@ -21,6 +23,30 @@ impl Handler<Postgres> for NoOp {
     ) -> Result<(), HandlerError> {
         Ok(())
     }
+}
+
+/// An SQS client for the broker at `endpoint`, with dummy credentials.
+pub(crate) fn sqs_client(endpoint: &str) -> aws_sdk_sqs::Client {
+    aws_sdk_sqs::Client::from_conf(
+        aws_sdk_sqs::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(Credentials::new("key", "secret", None, None, "static"))
+            .endpoint_url(endpoint)
+            .build(),
+    )
+}
+
+/// The PostgreSQL inbox at `database`, with a connection per handler.
+pub(crate) async fn pg_inbox(database: &str, concurrency: usize) -> PgInbox {
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(u32::try_from(concurrency).unwrap_or(16) + 2)
+        .connect(database)
+        .await
+        .expect("PostgreSQL is reachable");
+    let inbox = PgInbox::new(pool);
+    inbox.migrate().await.expect("the inbox table exists");
+    inbox
 }
 
 pub(crate) fn body(index: usize) -> String {
