@@ -57,6 +57,22 @@ pub enum ErrorCode {
     InternalError,
     /// The server is overloaded or shutting down; retry later.
     ServiceUnavailable,
+    /// A request without any signature, to a broker that requires one.
+    MissingAuthenticationToken,
+    /// The access key id of the signature is not known.
+    InvalidClientTokenId,
+    /// The signature does not verify, or its scope or time is wrong.
+    SignatureDoesNotMatch,
+    /// The signature is malformed or lacks a required part.
+    IncompleteSignature,
+    /// A presigned request used after its expiry.
+    RequestExpired,
+    /// The key may not perform this action on this queue.
+    AccessDenied,
+    /// The request body is larger than the server accepts.
+    RequestEntityTooLarge,
+    /// The client sent its request body too slowly.
+    RequestTimeout,
 }
 
 impl ErrorCode {
@@ -86,14 +102,32 @@ impl ErrorCode {
             Self::ResourceNotFoundException => "ResourceNotFoundException",
             Self::InternalError => "InternalError",
             Self::ServiceUnavailable => "ServiceUnavailable",
+            Self::MissingAuthenticationToken => "MissingAuthenticationTokenException",
+            Self::InvalidClientTokenId => "InvalidClientTokenId",
+            Self::SignatureDoesNotMatch => "SignatureDoesNotMatch",
+            Self::IncompleteSignature => "IncompleteSignatureException",
+            Self::RequestExpired => "RequestExpired",
+            Self::AccessDenied => "AccessDeniedException",
+            Self::RequestEntityTooLarge => "RequestEntityTooLargeException",
+            Self::RequestTimeout => "RequestTimeoutException",
         }
     }
 
     /// The namespace prefix of the JSON `__type`: SQS's own shapes live in
-    /// `com.amazonaws.sqs`, protocol-level failures in the service framework's.
+    /// `com.amazonaws.sqs`, protocol-level failures (parsing, authentication,
+    /// transport limits) in the service framework's.
     pub fn shape_namespace(self) -> &'static str {
         match self {
-            Self::UnknownOperation | Self::SerializationException => "com.amazon.coral.service",
+            Self::UnknownOperation
+            | Self::SerializationException
+            | Self::MissingAuthenticationToken
+            | Self::InvalidClientTokenId
+            | Self::SignatureDoesNotMatch
+            | Self::IncompleteSignature
+            | Self::RequestExpired
+            | Self::AccessDenied
+            | Self::RequestEntityTooLarge
+            | Self::RequestTimeout => "com.amazon.coral.service",
             _ => "com.amazonaws.sqs",
         }
     }
@@ -126,13 +160,28 @@ impl ErrorCode {
             Self::ResourceNotFoundException => "ResourceNotFoundException",
             Self::InternalError => "InternalError",
             Self::ServiceUnavailable => "ServiceUnavailable",
+            Self::MissingAuthenticationToken => "MissingAuthenticationToken",
+            Self::InvalidClientTokenId => "InvalidClientTokenId",
+            Self::SignatureDoesNotMatch => "SignatureDoesNotMatch",
+            Self::IncompleteSignature => "IncompleteSignature",
+            Self::RequestExpired => "RequestExpired",
+            Self::AccessDenied => "AccessDenied",
+            Self::RequestEntityTooLarge => "RequestEntityTooLarge",
+            Self::RequestTimeout => "RequestTimeout",
         }
     }
 
     /// The HTTP status SQS answers with.
     pub fn http_status(self) -> u16 {
         match self {
-            Self::PurgeQueueInProgress | Self::OverLimit => 403,
+            Self::PurgeQueueInProgress
+            | Self::OverLimit
+            | Self::MissingAuthenticationToken
+            | Self::InvalidClientTokenId
+            | Self::SignatureDoesNotMatch
+            | Self::AccessDenied => 403,
+            Self::RequestTimeout => 408,
+            Self::RequestEntityTooLarge => 413,
             Self::ResourceNotFoundException => 404,
             Self::InternalError => 500,
             Self::ServiceUnavailable => 503,

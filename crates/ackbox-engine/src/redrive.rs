@@ -299,6 +299,16 @@ impl Engine {
         Ok(tasks.into_iter().map(MoveTask::from).collect())
     }
 
+    /// The move task with `handle`, whatever its status; `None` if there is none.
+    pub async fn move_task(&self, handle: &str) -> Result<Option<MoveTask>, EngineError> {
+        let mut tasks = self
+            .inner
+            .store
+            .move_task_list(MoveTaskFilter::Handle(handle.to_owned()), 1)
+            .await?;
+        Ok(tasks.pop().map(MoveTask::from))
+    }
+
     /// ResumeMessageMoveTask (ackbox extension): continues a task paused
     /// after its sample; returns the task as it stands.
     pub async fn resume_message_move_task(&self, handle: &str) -> Result<MoveTask, EngineError> {

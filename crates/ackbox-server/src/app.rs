@@ -1,27 +1,26 @@
-//! The HTTP application: routes, request ids, protocol selection, serving
-//! with graceful shutdown.
+//! The HTTP application: routes, request ids, body limits, authentication,
+//! protocol selection.
 
-use std::future::Future;
-use std::net::SocketAddr;
+use std::sync::Arc;
 
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_engine::Engine;
 use axum::Router;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use tokio::net::TcpListener;
 use tracing::Instrument;
 
 use crate::action::{Action, RequestContext};
+use crate::auth::sigv4::SignableRequest;
+use crate::auth::{Authenticator, BasicAuthFailure, Caller};
 use crate::error::{ApiError, REQUEST_ID_HEADER};
+use crate::limits::HttpLimits;
 use crate::protocol::json;
-
-/// Largest request body read. Above SQS's 1 MiB payload limit because JSON
-/// escaping can grow a legal body; the payload limits themselves are checked
-/// by the engine after decoding.
-pub const MAX_REQUEST_BODY: usize = 8 * 1_048_576;
 
 /// Shared state of every request.
 #[derive(Debug, Clone)]
@@ -30,29 +29,83 @@ pub struct AppState {
     pub engine: Engine,
     /// `scheme://authority` used for queue URLs when a request has no `Host` header.
     pub fallback_base_url: String,
+    /// `http` or `https`: the scheme of queue URLs this server hands out.
+    pub scheme: &'static str,
     /// The dashboard shows but changes nothing.
     pub ui_read_only: bool,
     /// Recent queue depths, for the dashboard's sparklines.
-    pub history: std::sync::Arc<crate::history::DepthHistory>,
+    pub history: Arc<crate::history::DepthHistory>,
+    /// Who may call, and how they prove it.
+    pub auth: Arc<Authenticator>,
+    /// Body sizes and timeouts (and, for the listener, connection limits).
+    pub limits: HttpLimits,
+}
+
+impl AppState {
+    /// State for `engine` with the defaults of `ackbox serve`: plain HTTP on
+    /// `fallback_base_url`, no authentication, default limits.
+    pub fn new(engine: Engine, fallback_base_url: impl Into<String>) -> Self {
+        Self {
+            engine,
+            fallback_base_url: fallback_base_url.into(),
+            scheme: "http",
+            ui_read_only: false,
+            history: Arc::default(),
+            auth: Arc::new(Authenticator::open()),
+            limits: HttpLimits::default(),
+        }
+    }
 }
 
 /// The router: `POST /` (and any path, as SDKs post to queue URLs) for the
-/// API, `GET /healthz` for liveness.
+/// API, `GET /healthz` for liveness; the dashboard and `/metrics` behind
+/// HTTP Basic authentication when credentials are required.
 pub fn app(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
+    let behind_basic_auth = Router::new()
         .route("/metrics", get(crate::telemetry::metrics))
         .route("/ui", get(crate::ui::queues))
         .route("/ui/queues/{name}", get(crate::ui::queue))
         .route("/ui/queues/{name}/redrive", post(crate::ui::redrive))
         .route("/ui/queues/{name}/cancel", post(crate::ui::cancel))
         .route("/ui/queues/{name}/purge", post(crate::ui::purge))
+        .route_layer(middleware::from_fn_with_state(state.clone(), basic_auth));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(behind_basic_auth)
         .fallback(api)
         .with_state(state)
 }
 
 async fn healthz() -> &'static str {
     "ok"
+}
+
+/// Lets a browser or scraper in with an access key id and its secret, and
+/// hands the handlers the [`Caller`] they judge permissions by.
+async fn basic_auth(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    match state.auth.authenticate_basic(request.headers()) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(failure) => {
+            let message = match failure {
+                BasicAuthFailure::Missing => {
+                    "Sign in with an access key id as user name and its secret access key as password."
+                }
+                BasicAuthFailure::Invalid => "Unknown access key id or wrong secret access key.",
+            };
+            (
+                StatusCode::UNAUTHORIZED,
+                [(
+                    header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Basic realm=\"ackbox\", charset=\"UTF-8\""),
+                )],
+                message,
+            )
+                .into_response()
+        }
+    }
 }
 
 async fn api(State(state): State<AppState>, request: Request) -> Response {
@@ -64,7 +117,8 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
         "request",
         %request_id,
         action = %action_name,
-        queue = tracing::field::Empty
+        queue = tracing::field::Empty,
+        principal = tracing::field::Empty
     );
     let mut response = async {
         // Query-protocol clients also use GET with the action in the query
@@ -72,25 +126,24 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
         if parts.method != Method::POST || !json::is_json_request(&parts.headers) {
             return query_protocol_not_supported();
         }
-        let Ok(body) = axum::body::to_bytes(body, MAX_REQUEST_BODY).await else {
-            return ApiError::Sqs(SqsError::invalid_value(format!(
-                "The request body is larger than {MAX_REQUEST_BODY} bytes or could not be read."
-            )))
-            .into_response();
-        };
-        let context = RequestContext {
-            base_url: base_url(&parts.headers, &state.fallback_base_url),
-            sender_id: state.engine.realm().account_id.clone(),
-            // Requests carry no verified identity until SigV4 lands.
-            principal: "anonymous".to_owned(),
-            engine: state.engine.clone(),
-        };
         let started = std::time::Instant::now();
-        let result = match action {
-            Ok(action) => action.run_json(&context, &body).await,
-            Err(error) => Err(ApiError::Sqs(error)),
+        let response = match tokio::time::timeout(
+            state.limits.request_timeout,
+            respond(&state, &parts, body, action),
+        )
+        .await
+        {
+            Ok(response) => response,
+            Err(_) => ApiError::Sqs(SqsError::new(
+                ErrorCode::ServiceUnavailable,
+                format!(
+                    "The request did not finish within {} s; it may or may not have taken \
+                     effect. Please retry.",
+                    state.limits.request_timeout.as_secs()
+                ),
+            ))
+            .into_response(),
         };
-        let response = result.unwrap_or_else(IntoResponse::into_response);
         crate::telemetry::request_finished(action_name, response.status(), started.elapsed());
         let status = response.status();
         let outcome = crate::telemetry::outcome(status);
@@ -121,12 +174,123 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
     response
 }
 
-fn base_url(headers: &HeaderMap, fallback: &str) -> String {
+/// Reads the body within its limits, authenticates the caller and runs the action.
+async fn respond(
+    state: &AppState,
+    parts: &Parts,
+    body: Body,
+    action: Result<Action, SqsError>,
+) -> Response {
+    let body = match read_body(&parts.headers, body, &state.limits).await {
+        Ok(body) => body,
+        Err(error) => {
+            // The rest of the body is not read; the connection cannot carry
+            // another request.
+            let mut response = ApiError::Sqs(error).into_response();
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return response;
+        }
+    };
+    let signable = SignableRequest {
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        query: parts.uri.query().unwrap_or_default(),
+        headers: &parts.headers,
+        body: &body,
+    };
+    let caller =
+        match state
+            .auth
+            .authenticate(&signable, state.engine.now(), &state.engine.realm().region)
+        {
+            Ok(caller) => caller,
+            Err(error) => {
+                crate::telemetry::auth_refused(error.code);
+                return ApiError::Sqs(error).into_response();
+            }
+        };
+    tracing::Span::current().record("principal", caller.principal());
+    let sender_id = match &caller {
+        Caller::Anonymous => state.engine.realm().account_id.clone(),
+        Caller::Key(key) => key.access_key_id.clone(),
+    };
+    let context = RequestContext {
+        base_url: base_url(&parts.headers, state.scheme, &state.fallback_base_url),
+        sender_id,
+        caller,
+        engine: state.engine.clone(),
+    };
+    let result = match action {
+        Ok(action) => action.run_json(&context, &body).await,
+        Err(error) => Err(ApiError::Sqs(error)),
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The whole body, if it fits the cap and arrives in time. A declared
+/// `Content-Length` over the cap is refused before a byte of the body is read.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limits: &HttpLimits,
+) -> Result<Bytes, SqsError> {
+    let cap = limits.max_body_bytes;
+    let too_large = |length: Option<u64>| {
+        SqsError::new(
+            ErrorCode::RequestEntityTooLarge,
+            match length {
+                Some(length) => format!(
+                    "The request body is {length} bytes; this server accepts at most {cap} \
+                     bytes (--max-body-bytes)."
+                ),
+                None => format!(
+                    "The request body is larger than {cap} bytes, the most this server accepts \
+                     (--max-body-bytes)."
+                ),
+            },
+        )
+    };
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    if let Some(length) = declared
+        && length > cap as u64
+    {
+        return Err(too_large(Some(length)));
+    }
+    match tokio::time::timeout(limits.body_timeout, axum::body::to_bytes(body, cap)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(error)) => {
+            let over_cap = std::error::Error::source(&error)
+                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            Err(if over_cap {
+                too_large(None)
+            } else {
+                SqsError::new(
+                    ErrorCode::SerializationException,
+                    "The request body could not be read to its end.",
+                )
+            })
+        }
+        Err(_) => Err(SqsError::new(
+            ErrorCode::RequestTimeout,
+            format!(
+                "The request body did not arrive within {} ms (--body-timeout-ms).",
+                limits.body_timeout.as_millis()
+            ),
+        )),
+    }
+}
+
+fn base_url(headers: &HeaderMap, scheme: &str, fallback: &str) -> String {
     headers
         .get(header::HOST)
         .and_then(|host| host.to_str().ok())
         .filter(|host| !host.is_empty() && host.bytes().all(|byte| byte.is_ascii_graphic()))
-        .map_or_else(|| fallback.to_owned(), |host| format!("http://{host}"))
+        .map_or_else(|| fallback.to_owned(), |host| format!("{scheme}://{host}"))
 }
 
 /// The query protocol (form-encoded `Action=…`) is not served yet; say so in
@@ -150,29 +314,4 @@ fn query_protocol_not_supported() -> Response {
         .headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
     response
-}
-
-/// Serves `app(state)` on `listener` until `shutdown` resolves, then ends long
-/// polls, lets in-flight requests finish, and flushes and closes the engine.
-pub async fn serve(
-    listener: TcpListener,
-    state: AppState,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), crate::ServerError> {
-    let engine = state.engine.clone();
-    let stop_waiting = engine.shutdown_token();
-    let local: Option<SocketAddr> = listener.local_addr().ok();
-    tracing::info!(address = ?local, "serving the SQS API");
-    let served = axum::serve(crate::telemetry::CountingListener(listener), app(state))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            // Long polls return empty now instead of holding shutdown for 20 s.
-            stop_waiting.cancel();
-        })
-        .await;
-    let closed = engine.shutdown().await;
-    served.map_err(|source| crate::ServerError::Serve { source })?;
-    closed.map_err(|source| crate::ServerError::Close { source })?;
-    tracing::info!("store flushed and closed");
-    Ok(())
 }

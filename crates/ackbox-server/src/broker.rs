@@ -16,7 +16,12 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::ServerError;
-use crate::app::{AppState, serve};
+use crate::app::AppState;
+use crate::auth::Authenticator;
+use crate::auth::credentials::CredentialsError;
+use crate::limits::{HttpLimits, LimitsError};
+use crate::listener::serve;
+use crate::tls::{TlsError, TlsFiles};
 
 /// Everything needed to start a broker.
 #[derive(Debug, Clone)]
@@ -31,6 +36,29 @@ pub struct BrokerConfig {
     pub realm: Realm,
     /// The dashboard shows but changes nothing.
     pub ui_read_only: bool,
+    /// The credentials file; `None` leaves the broker open (local development).
+    pub credentials: Option<PathBuf>,
+    /// Serve HTTPS with this certificate; `None` serves plain HTTP.
+    pub tls: Option<TlsFiles>,
+    /// Sizes, connection counts and timeouts.
+    pub limits: HttpLimits,
+}
+
+impl BrokerConfig {
+    /// A broker on `listen` over `data_dir` with every other setting at the
+    /// default of `ackbox serve`.
+    pub fn new(listen: SocketAddr, data_dir: PathBuf) -> Self {
+        Self {
+            listen,
+            data_dir,
+            durability: Durability::Fsync,
+            realm: Realm::default(),
+            ui_read_only: false,
+            credentials: None,
+            tls: None,
+            limits: HttpLimits::default(),
+        }
+    }
 }
 
 /// Why a broker could not start.
@@ -53,6 +81,27 @@ pub enum StartError {
         #[source]
         source: ackbox_engine::EngineError,
     },
+    /// A limit cannot work.
+    #[error("invalid limit")]
+    Limits {
+        /// Which limit, and why.
+        #[source]
+        source: LimitsError,
+    },
+    /// The credentials file was refused.
+    #[error("cannot use the credentials file")]
+    Credentials {
+        /// What is wrong with it.
+        #[source]
+        source: CredentialsError,
+    },
+    /// The certificate or key was refused.
+    #[error("cannot set up TLS")]
+    Tls {
+        /// What is wrong with them.
+        #[source]
+        source: TlsError,
+    },
     /// The listen address could not be bound.
     #[error("cannot listen on {address}")]
     Bind {
@@ -71,6 +120,10 @@ pub struct RunningBroker {
     pub local_addr: SocketAddr,
     /// The engine, for in-process administration (predefined queues).
     pub engine: Engine,
+    /// `http` or `https`.
+    scheme: &'static str,
+    /// The keys in force, shared with every request; reloadable.
+    auth: Arc<Authenticator>,
     shutdown: CancellationToken,
     task: JoinHandle<Result<(), ServerError>>,
 }
@@ -82,6 +135,23 @@ impl RunningBroker {
             data_dir: config.data_dir.display().to_string(),
             source,
         };
+        config
+            .limits
+            .validate()
+            .map_err(|source| StartError::Limits { source })?;
+        let auth = match &config.credentials {
+            Some(path) => {
+                Authenticator::sigv4(path).map_err(|source| StartError::Credentials { source })?
+            }
+            None => Authenticator::open(),
+        };
+        let tls = config
+            .tls
+            .as_ref()
+            .map(TlsFiles::acceptor)
+            .transpose()
+            .map_err(|source| StartError::Tls { source })?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         // Installed before anything is counted, so no early count is lost.
         crate::telemetry::recorder();
         let receipt_key = load_or_create_receipt_key(&config.data_dir).map_err(store_error)?;
@@ -103,11 +173,15 @@ impl RunningBroker {
             source,
         })?;
         let shutdown = CancellationToken::new();
+        let auth = Arc::new(auth);
         let state = AppState {
             engine: engine.clone(),
-            fallback_base_url: format!("http://{local_addr}"),
+            fallback_base_url: format!("{scheme}://{local_addr}"),
+            scheme,
             ui_read_only: config.ui_read_only,
             history: Arc::default(),
+            auth: Arc::clone(&auth),
+            limits: config.limits,
         };
         {
             let (history, engine, stop) =
@@ -115,22 +189,28 @@ impl RunningBroker {
             tokio::spawn(async move { history.run(engine, stop).await });
         }
         let stop = shutdown.clone();
-        let task = tokio::spawn(serve(
-            listener,
-            state,
-            async move { stop.cancelled().await },
-        ));
+        let task = tokio::spawn(serve(listener, state, tls, async move {
+            stop.cancelled().await;
+        }));
         Ok(Self {
             local_addr,
             engine,
+            scheme,
+            auth,
             shutdown,
             task,
         })
     }
 
-    /// `http://host:port` of the broker.
+    /// `http://host:port` (or `https://`) of the broker.
     pub fn url(&self) -> String {
-        format!("http://{}", self.local_addr)
+        format!("{}://{}", self.scheme, self.local_addr)
+    }
+
+    /// The authenticator every request goes through, to reload its
+    /// credentials file (key rotation).
+    pub fn authenticator(&self) -> Arc<Authenticator> {
+        Arc::clone(&self.auth)
     }
 
     /// Resolves when the server stops on its own (it should not) or fails.

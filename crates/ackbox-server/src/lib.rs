@@ -6,31 +6,40 @@
 //!
 //! # Layout
 //! - [`broker`]: store + engine + HTTP in one call ([`RunningBroker`](broker::RunningBroker)).
-//! - [`app`]: the router, request ids, protocol selection and [`serve`](app::serve).
+//! - [`app`]: the router, request ids, body limits, authentication, protocol selection.
+//! - [`listener`]: accepting connections, TLS, connection and header limits, [`serve`](listener::serve).
+//! - [`limits`]: sizes, connection counts and timeouts.
+//! - [`tls`]: certificates for HTTPS.
 //! - [`protocol`]: wire protocols (JSON 1.0).
-//! - [`action`]: one module per SQS action.
+//! - [`action`]: one module per SQS action, and authorization.
+//! - [`auth`]: SigV4 authentication, the credentials file, callers.
 //! - [`error`]: the one mapping from failures to SQS error responses.
 //! - [`shutdown`]: the SIGINT/SIGTERM signal.
 //!
 //! # Example
 //! ```no_run
 //! # async fn demo(engine: ackbox_engine::Engine) -> Result<(), Box<dyn std::error::Error>> {
-//! use ackbox_server::app::{AppState, serve};
+//! use ackbox_server::app::AppState;
+//! use ackbox_server::listener::serve;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:9324").await?;
-//! let state = AppState { engine, fallback_base_url: "http://127.0.0.1:9324".into(), ui_read_only: false, history: Default::default() };
-//! serve(listener, state, ackbox_server::shutdown::signal()).await?;
+//! let state = AppState::new(engine, "http://127.0.0.1:9324");
+//! serve(listener, state, None, ackbox_server::shutdown::signal()).await?;
 //! # Ok(()) }
 //! ```
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod action;
 pub mod app;
+pub mod auth;
 pub mod broker;
 pub mod error;
 pub mod history;
+pub mod limits;
+pub mod listener;
 pub mod protocol;
 pub mod shutdown;
 pub mod telemetry;
+pub mod tls;
 mod ui;
 
 /// Why serving stopped with an error.

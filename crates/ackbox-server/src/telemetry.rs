@@ -6,18 +6,13 @@
 //! exact at scrape time and cost nothing in between. Every name starts with
 //! `ackbox_`; labels are the queue, the action and the outcome.
 
-use std::io;
-use std::pin::Pin;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::task::{Context, Poll};
 
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 
 use crate::app::AppState;
 
@@ -58,6 +53,11 @@ pub(crate) fn request_finished(
 ) {
     metrics::histogram!("ackbox_request_duration_seconds", "action" => action, "outcome" => outcome(status))
         .record(elapsed);
+}
+
+/// Counts a request refused by authentication or authorization, by its code.
+pub(crate) fn auth_refused(code: ackbox_core::error::ErrorCode) {
+    metrics::counter!("ackbox_auth_refusals_total", "code" => code.query_code()).increment(1);
 }
 
 /// A response's outcome, as metrics and logs name it.
@@ -120,59 +120,18 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// A listener that counts its open connections.
-#[derive(Debug)]
-pub(crate) struct CountingListener(pub(crate) TcpListener);
-
-impl axum::serve::Listener for CountingListener {
-    type Io = CountedConnection;
-    type Addr = std::net::SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (stream, address) = axum::serve::Listener::accept(&mut self.0).await;
-        OPEN_CONNECTIONS.fetch_add(1, Ordering::Relaxed);
-        (CountedConnection(stream), address)
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        self.0.local_addr()
-    }
+/// Counts a connection as open until the guard drops.
+pub(crate) fn connection_opened() -> OpenConnection {
+    OPEN_CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+    OpenConnection
 }
 
-/// A connection counted while it is open.
+/// One open connection, counted while it lives.
 #[derive(Debug)]
-pub(crate) struct CountedConnection(TcpStream);
+pub(crate) struct OpenConnection;
 
-impl Drop for CountedConnection {
+impl Drop for OpenConnection {
     fn drop(&mut self) {
         OPEN_CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl AsyncRead for CountedConnection {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for CountedConnection {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
     }
 }

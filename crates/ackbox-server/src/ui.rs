@@ -12,12 +12,13 @@ use ackbox_core::queue_name::QueueName;
 use ackbox_engine::receive::ReceiveRequest;
 use ackbox_engine::store::MoveFilter;
 use axum::Form;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use serde::Deserialize;
 
 use crate::app::AppState;
+use crate::auth::Caller;
 
 /// Escapes text for HTML element content and attribute values.
 fn escape(text: &str) -> String {
@@ -76,11 +77,18 @@ fn seconds(age: f64) -> String {
 }
 
 /// `GET /ui`: every queue with its depth.
-pub(crate) async fn queues(State(state): State<AppState>) -> Response {
-    let depths = match state.engine.queue_depths().await {
+pub(crate) async fn queues(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Response {
+    if !caller.may_perform("ListQueues") {
+        return Refusal::Denied("ListQueues").into_response();
+    }
+    let mut depths = match state.engine.queue_depths().await {
         Ok(depths) => depths,
         Err(error) => return error_page(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
     };
+    depths.retain(|depth| caller.may_use_queue(depth.name.as_str()));
     state.history.note_new(&depths);
     let mut body = String::from(
         "<table><tr><th>queue</th><th class=\"num\">visible</th><th class=\"num\">in flight</th>\
@@ -122,12 +130,16 @@ pub(crate) struct Notice {
 /// failures, its messages and its redrives.
 pub(crate) async fn queue(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     Query(notice): Query<Notice>,
 ) -> Response {
     let Ok(name) = name.parse::<QueueName>() else {
         return error_page(StatusCode::NOT_FOUND, "No such queue.");
     };
+    if !caller.may_use_queue(name.as_str()) || !caller.may_perform("GetQueueAttributes") {
+        return Refusal::Denied("GetQueueAttributes").into_response();
+    }
     let engine = &state.engine;
     let attributes = match engine
         .get_queue_attributes(&name, &["All".to_owned()])
@@ -170,7 +182,7 @@ pub(crate) async fn queue(
     }
     let mut running = false;
     if depth.as_ref().is_some_and(|depth| depth.dead_letter_queue) {
-        running = dead_letter_sections(&state, &name, &mut body).await;
+        running = dead_letter_sections(&state, &caller, &name, &mut body).await;
     }
     body.push_str("<h2>Attributes</h2><table>");
     for (key, value) in &attributes {
@@ -196,7 +208,12 @@ pub(crate) async fn queue(
 
 /// Failure classes, messages, the redrive form and the move tasks of a
 /// dead-letter queue; `true` while a task runs (the page then refreshes).
-async fn dead_letter_sections(state: &AppState, name: &QueueName, body: &mut String) -> bool {
+async fn dead_letter_sections(
+    state: &AppState,
+    caller: &Caller,
+    name: &QueueName,
+    body: &mut String,
+) -> bool {
     let engine = &state.engine;
     let quoted = escape(name.as_str());
     body.push_str("<h2>Failures</h2><table><tr><th>class</th><th class=\"num\">messages</th><th>oldest sent</th><th>example</th></tr>");
@@ -222,11 +239,18 @@ async fn dead_letter_sections(state: &AppState, name: &QueueName, body: &mut Str
         ..ReceiveRequest::default()
     };
     body.push_str("<h2>Messages</h2><table><tr><th>id</th><th>body</th><th>failure</th><th class=\"num\">receives</th></tr>");
-    for message in engine
-        .peek_messages(name, Some(20), &request)
-        .await
-        .unwrap_or_default()
-    {
+    let peeked = if caller.may_perform("PeekMessages") {
+        engine
+            .peek_messages(name, Some(20), &request)
+            .await
+            .unwrap_or_default()
+    } else {
+        body.push_str(
+            "<tr><td colspan=\"4\">This key may not read messages (PeekMessages).</td></tr>",
+        );
+        Vec::new()
+    };
+    for message in peeked {
         let attribute = |key: &str| message.attributes.get(key).map_or("", String::as_str);
         let mut shown: String = message.body.chars().take(300).collect();
         if message.body.chars().count() > 300 {
@@ -316,6 +340,8 @@ enum Refusal {
     ReadOnly,
     CrossSite,
     NoSuchQueue,
+    /// The key lacks this permission, or the queue is outside its patterns.
+    Denied(&'static str),
 }
 
 impl IntoResponse for Refusal {
@@ -330,6 +356,13 @@ impl IntoResponse for Refusal {
                 "Refused: the form was posted from another site. Use the dashboard itself.",
             ),
             Self::NoSuchQueue => error_page(StatusCode::NOT_FOUND, "No such queue."),
+            Self::Denied(permission) => error_page(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "Access denied: this access key may not {permission} on this queue \
+                     (see its allow_actions and allow_queues)."
+                ),
+            ),
         }
     }
 }
@@ -337,7 +370,13 @@ impl IntoResponse for Refusal {
 /// The queue a form acts on, if this dashboard may act at all. A browser
 /// names the site a form came from in `Origin`; a form posted from another
 /// site (a page trying to purge your queues) is refused.
-fn target(state: &AppState, headers: &HeaderMap, name: &str) -> Result<QueueName, Refusal> {
+fn target(
+    state: &AppState,
+    caller: &Caller,
+    permission: &'static str,
+    headers: &HeaderMap,
+    name: &str,
+) -> Result<QueueName, Refusal> {
     if state.ui_read_only {
         return Err(Refusal::ReadOnly);
     }
@@ -354,17 +393,24 @@ fn target(state: &AppState, headers: &HeaderMap, name: &str) -> Result<QueueName
             return Err(Refusal::CrossSite);
         }
     }
-    name.parse::<QueueName>().map_err(|_| Refusal::NoSuchQueue)
+    let name = name
+        .parse::<QueueName>()
+        .map_err(|_| Refusal::NoSuchQueue)?;
+    if !caller.may_use_queue(name.as_str()) || !caller.may_perform(permission) {
+        return Err(Refusal::Denied(permission));
+    }
+    Ok(name)
 }
 
 /// `POST /ui/queues/{name}/redrive`.
 pub(crate) async fn redrive(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Path(name): Path<String>,
     Form(form): Form<RedriveForm>,
 ) -> Response {
-    let name = match target(&state, &headers, &name) {
+    let name = match target(&state, &caller, "StartMessageMoveTask", &headers, &name) {
         Ok(name) => name,
         Err(refusal) => return refusal.into_response(),
     };
@@ -397,11 +443,19 @@ pub(crate) async fn redrive(
     let arn = state.engine.realm().queue_arn(&name);
     match state
         .engine
-        .start_message_move_task(&arn, None, rate, filter, "dashboard")
+        .start_message_move_task(&arn, None, rate, filter, &requested_by(&caller))
         .await
     {
         Ok(_) => back(&name, "notice", "Redrive started."),
         Err(error) => back(&name, "error", &error.to_string()),
+    }
+}
+
+/// Who the audit log names for a redrive started here.
+fn requested_by(caller: &Caller) -> String {
+    match caller {
+        Caller::Anonymous => "dashboard".to_owned(),
+        Caller::Key(key) => format!("dashboard:{}", key.access_key_id),
     }
 }
 
@@ -414,14 +468,22 @@ pub(crate) struct CancelForm {
 /// `POST /ui/queues/{name}/cancel`.
 pub(crate) async fn cancel(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Path(name): Path<String>,
     Form(form): Form<CancelForm>,
 ) -> Response {
-    let name = match target(&state, &headers, &name) {
+    let name = match target(&state, &caller, "CancelMessageMoveTask", &headers, &name) {
         Ok(name) => name,
         Err(refusal) => return refusal.into_response(),
     };
+    // A handle posted under one queue must be that queue's task, or a key
+    // allowed on one queue could cancel another's redrive.
+    let arn = state.engine.realm().queue_arn(&name);
+    match state.engine.move_task(&form.handle).await {
+        Ok(Some(task)) if task.source_arn == arn => {}
+        _ => return back(&name, "error", "No such redrive of this queue."),
+    }
     match state.engine.cancel_message_move_task(&form.handle).await {
         Ok(moved) => back(
             &name,
@@ -442,11 +504,12 @@ pub(crate) struct PurgeForm {
 /// `POST /ui/queues/{name}/purge`: only with the queue's name typed in.
 pub(crate) async fn purge(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Path(name): Path<String>,
     Form(form): Form<PurgeForm>,
 ) -> Response {
-    let name = match target(&state, &headers, &name) {
+    let name = match target(&state, &caller, "PurgeQueue", &headers, &name) {
         Ok(name) => name,
         Err(refusal) => return refusal.into_response(),
     };

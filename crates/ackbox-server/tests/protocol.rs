@@ -31,12 +31,7 @@ async fn harness() -> Harness {
     )
     .await
     .unwrap();
-    let router = app(AppState {
-        engine,
-        fallback_base_url: "http://localhost".into(),
-        ui_read_only: false,
-        history: Default::default(),
-    });
+    let router = app(AppState::new(engine, "http://localhost"));
     Harness { router, _dir: dir }
 }
 

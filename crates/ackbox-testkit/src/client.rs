@@ -6,19 +6,57 @@ use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 /// An `aws-sdk-sqs` client for `endpoint` with dummy credentials, as a user
 /// would configure it for a self-hosted broker.
 pub fn sqs_client(endpoint: &str) -> Client {
-    let config = aws_sdk_sqs::Config::builder()
+    sqs_client_with_key(endpoint, "test", "test")
+}
+
+/// The configuration of a client for `endpoint` signing with the given key.
+pub fn sqs_config(
+    endpoint: &str,
+    access_key_id: &str,
+    secret_access_key: &str,
+) -> aws_sdk_sqs::config::Builder {
+    aws_sdk_sqs::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new(
-            "test",
-            "test",
+            access_key_id,
+            secret_access_key,
             None,
             None,
             "ackbox-testkit",
         ))
         .endpoint_url(endpoint)
-        .build();
-    Client::from_conf(config)
+}
+
+/// An `aws-sdk-sqs` client for `endpoint` signing with the given key.
+pub fn sqs_client_with_key(endpoint: &str, access_key_id: &str, secret_access_key: &str) -> Client {
+    Client::from_conf(sqs_config(endpoint, access_key_id, secret_access_key).build())
+}
+
+/// An `aws-sdk-sqs` client for an `https://` endpoint that trusts only the
+/// certificate authority `authority_pem`.
+pub fn https_sqs_client(
+    endpoint: &str,
+    authority_pem: &str,
+    access_key_id: &str,
+    secret_access_key: &str,
+) -> Client {
+    use aws_smithy_http_client::tls::{self, TlsContext, TrustStore, rustls_provider::CryptoMode};
+    let trust = TrustStore::empty().with_pem_certificate(authority_pem.as_bytes());
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
+        .tls_context(
+            TlsContext::builder()
+                .with_trust_store(trust)
+                .build()
+                .expect("a TLS context"),
+        )
+        .build_https();
+    Client::from_conf(
+        sqs_config(endpoint, access_key_id, secret_access_key)
+            .http_client(http)
+            .build(),
+    )
 }
 
 /// One plain HTTP/1.1 request with an optional JSON body; the reply's JSON,
@@ -69,6 +107,95 @@ pub async fn call_http(
     serde_json::from_slice(&response[head_end..head_end + length]).ok()
 }
 
+/// A raw HTTP/1.1 exchange's answer.
+#[derive(Debug, Clone)]
+pub struct RawReply {
+    /// The status code.
+    pub status: u16,
+    /// Header names (lower case) and values.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+impl RawReply {
+    /// The first value of header `name` (lower case).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_str())
+    }
+
+    /// The body as JSON (`Null` when empty).
+    ///
+    /// # Panics
+    /// When the body is not JSON.
+    pub fn json(&self) -> serde_json::Value {
+        if self.body.is_empty() {
+            serde_json::Value::Null
+        } else {
+            serde_json::from_slice(&self.body).expect("a JSON body")
+        }
+    }
+}
+
+/// Sends one request with `Connection: close` (plus a `Host` and a
+/// `Content-Length`) over plain HTTP and reads the whole answer.
+///
+/// # Panics
+/// When the endpoint cannot be reached or answers with something that is not HTTP.
+pub async fn call_raw(
+    endpoint: &str,
+    method: &str,
+    path_and_query: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> RawReply {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let authority = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .expect("the broker accepts connections");
+    let mut request = format!(
+        "{method} {path_and_query} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    let mut bytes = request.into_bytes();
+    bytes.extend_from_slice(body);
+    stream.write_all(&bytes).await.expect("the request is sent");
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .await
+        .expect("the response is read");
+    let head_end = response
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .expect("an HTTP response");
+    let head = String::from_utf8_lossy(&response[..head_end]).into_owned();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|line| line.split_whitespace().nth(1))
+        .and_then(|code| code.parse().ok())
+        .expect("an HTTP status line");
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
+        .collect();
+    RawReply {
+        status,
+        headers,
+        body: response[head_end + 4..].to_vec(),
+    }
+}
+
 /// Calls an action the AWS SDK does not know (ackbox's `AckBox.*`
 /// extensions) with a raw AWS JSON 1.0 request; returns the status and body.
 ///
@@ -80,40 +207,73 @@ pub async fn call_json(
     target: &str,
     body: &serde_json::Value,
 ) -> (u16, serde_json::Value) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let reply = call_raw(
+        endpoint,
+        "POST",
+        "/",
+        &[
+            ("Content-Type", "application/x-amz-json-1.0"),
+            ("X-Amz-Target", target),
+        ],
+        body.to_string().as_bytes(),
+    )
+    .await;
+    (reply.status, reply.json())
+}
+
+/// As [`call_json`], signed with SigV4 by the given key (region `us-east-1`).
+///
+/// # Panics
+/// As [`call_json`].
+pub async fn call_json_signed(
+    endpoint: &str,
+    target: &str,
+    body: &serde_json::Value,
+    access_key_id: &str,
+    secret_access_key: &str,
+) -> RawReply {
+    use ackbox_core::clock::Clock;
+    use ackbox_server::auth::sigv4::{SignableRequest, SigningParams, sign_headers};
+    use axum::http::{HeaderMap, HeaderValue};
 
     let authority = endpoint.trim_start_matches("http://").trim_end_matches('/');
-    let mut stream = tokio::net::TcpStream::connect(authority)
-        .await
-        .expect("the broker accepts connections");
     let payload = body.to_string();
-    let request = format!(
-        "POST / HTTP/1.1\r\nHost: {authority}\r\nContent-Type: application/x-amz-json-1.0\r\n\
-         X-Amz-Target: {target}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
-        payload.len()
+    let mut headers = HeaderMap::new();
+    for (name, value) in [
+        ("host", authority),
+        ("content-type", "application/x-amz-json-1.0"),
+        ("x-amz-target", target),
+    ] {
+        headers.insert(name, HeaderValue::from_str(value).expect("a header value"));
+    }
+    let (amz_date, authorization) = sign_headers(
+        &SignableRequest {
+            method: "POST",
+            path: "/",
+            query: "",
+            headers: &headers,
+            body: payload.as_bytes(),
+        },
+        SigningParams {
+            access_key_id,
+            secret_access_key,
+            region: "us-east-1",
+            now: ackbox_core::clock::SystemClock.now(),
+        },
     );
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .expect("the request is sent");
-    let mut response = Vec::new();
-    stream
-        .read_to_end(&mut response)
-        .await
-        .expect("the response is read");
-    let text = String::from_utf8(response).expect("a UTF-8 response");
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .expect("an HTTP status line");
-    let json = if body.is_empty() {
-        serde_json::Value::Null
-    } else {
-        serde_json::from_str(body).expect("a JSON body")
-    };
-    (status, json)
+    call_raw(
+        endpoint,
+        "POST",
+        "/",
+        &[
+            ("Content-Type", "application/x-amz-json-1.0"),
+            ("X-Amz-Target", target),
+            ("X-Amz-Date", &amz_date),
+            ("Authorization", &authorization),
+        ],
+        payload.as_bytes(),
+    )
+    .await
 }
 
 /// The error code the SDK reports for a failed call: for SQS, the

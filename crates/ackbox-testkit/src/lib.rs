@@ -8,7 +8,8 @@
 //! # Layout
 //! - [`server`]: [`TestServer`](server::TestServer), an in-process broker with restart.
 //! - [`process`]: [`ServerProcess`](process::ServerProcess), the built binary as a child process.
-//! - [`client`]: an `aws-sdk-sqs` client for an endpoint.
+//! - [`client`]: an `aws-sdk-sqs` client for an endpoint (with given keys, or over HTTPS).
+//! - [`tls`]: a throwaway certificate authority and server certificate.
 //!
 //! # Example
 //! ```no_run
@@ -24,4 +25,5 @@
 pub mod client;
 pub mod process;
 pub mod server;
+pub mod tls;
 pub mod webdriver;

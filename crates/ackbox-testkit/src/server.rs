@@ -9,7 +9,10 @@ use ackbox_core::queue_name::Realm;
 use ackbox_engine::Engine;
 use ackbox_engine::store::sqlite::Durability;
 use ackbox_server::broker::{BrokerConfig, RunningBroker};
+use ackbox_server::limits::HttpLimits;
 use tempfile::TempDir;
+
+use crate::tls::TestCertificate;
 
 /// Builds a [`TestServer`].
 #[derive(Debug, Default)]
@@ -17,6 +20,9 @@ pub struct TestServerBuilder {
     clock: Option<ManualClock>,
     durability: Option<Durability>,
     ui_read_only: bool,
+    credentials: Option<String>,
+    tls: bool,
+    limits: Option<HttpLimits>,
 }
 
 impl TestServerBuilder {
@@ -29,6 +35,25 @@ impl TestServerBuilder {
     /// Serve the dashboard read-only (`--ui-read-only`).
     pub fn ui_read_only(mut self) -> Self {
         self.ui_read_only = true;
+        self
+    }
+
+    /// Require SigV4 with the keys of this credentials file (TOML text).
+    pub fn credentials(mut self, toml: &str) -> Self {
+        self.credentials = Some(toml.to_owned());
+        self
+    }
+
+    /// Serve HTTPS with a freshly generated certificate
+    /// ([`TestServer::certificate_authority`] is what clients must trust).
+    pub fn tls(mut self) -> Self {
+        self.tls = true;
+        self
+    }
+
+    /// Use these HTTP limits instead of the defaults.
+    pub fn limits(mut self, limits: HttpLimits) -> Self {
+        self.limits = Some(limits);
         self
     }
 
@@ -48,12 +73,23 @@ impl TestServerBuilder {
             Some(clock) => Arc::new(clock.clone()),
             None => Arc::new(SystemClock),
         };
+        let credentials = self.credentials.map(|toml| {
+            let path = data_dir.path().join("credentials.toml");
+            std::fs::write(&path, toml).expect("the credentials file is written");
+            path
+        });
+        let certificate = self.tls.then(|| TestCertificate::generate(data_dir.path()));
         let config = BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: data_dir.path().to_path_buf(),
             durability: self.durability.unwrap_or(Durability::Fsync),
             realm: Realm::default(),
             ui_read_only: self.ui_read_only,
+            credentials,
+            tls: certificate
+                .as_ref()
+                .map(|certificate| certificate.files.clone()),
+            limits: self.limits.unwrap_or_default(),
         };
         let broker = RunningBroker::start(config.clone(), Arc::clone(&clock))
             .await
@@ -65,6 +101,7 @@ impl TestServerBuilder {
             },
             clock,
             broker: Some(broker),
+            certificate,
             _data_dir: data_dir,
         }
     }
@@ -77,6 +114,8 @@ pub struct TestServer {
     config: BrokerConfig,
     clock: Arc<dyn Clock>,
     broker: Option<RunningBroker>,
+    /// The generated certificate, when serving HTTPS.
+    certificate: Option<TestCertificate>,
     _data_dir: TempDir,
 }
 
@@ -98,6 +137,38 @@ impl TestServer {
     /// An `aws-sdk-sqs` client for this broker.
     pub fn client(&self) -> aws_sdk_sqs::Client {
         crate::client::sqs_client(&self.url())
+    }
+
+    /// An `aws-sdk-sqs` client signing with the given key (over HTTPS,
+    /// trusting the generated authority, when the broker serves HTTPS).
+    pub fn client_with_key(
+        &self,
+        access_key_id: &str,
+        secret_access_key: &str,
+    ) -> aws_sdk_sqs::Client {
+        match &self.certificate {
+            Some(certificate) => crate::client::https_sqs_client(
+                &self.url(),
+                &certificate.authority_pem,
+                access_key_id,
+                secret_access_key,
+            ),
+            None => {
+                crate::client::sqs_client_with_key(&self.url(), access_key_id, secret_access_key)
+            }
+        }
+    }
+
+    /// The PEM certificate authority clients must trust, when serving HTTPS.
+    pub fn certificate_authority(&self) -> Option<&str> {
+        self.certificate
+            .as_ref()
+            .map(|certificate| certificate.authority_pem.as_str())
+    }
+
+    /// The running broker, to reload its credentials and the like.
+    pub fn running(&self) -> &RunningBroker {
+        self.broker()
     }
 
     /// The engine behind the broker.

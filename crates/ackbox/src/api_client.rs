@@ -4,9 +4,11 @@
 //! so this speaks the protocol directly over a pooled HTTP/1.1 client instead
 //! of pulling the AWS SDK into the binary.
 
+use ackbox_core::clock::{Clock, SystemClock};
+use ackbox_server::auth::sigv4::{SignableRequest, SigningParams, sign_headers};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::http::{Request, StatusCode, Uri};
+use hyper::http::{HeaderValue, Request, StatusCode, Uri};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -37,16 +39,37 @@ impl std::fmt::Display for SqsErrorReply {
 
 impl std::error::Error for SqsErrorReply {}
 
+/// The key a client signs its requests with (SigV4).
+#[derive(Clone)]
+pub(crate) struct SigningKey {
+    access_key_id: String,
+    secret_access_key: String,
+    region: String,
+}
+
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningKey")
+            .field("access_key_id", &self.access_key_id)
+            .field("region", &self.region)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A JSON 1.0 client for one endpoint.
 #[derive(Debug, Clone)]
 pub(crate) struct ApiClient {
     http: Client<HttpConnector, Full<Bytes>>,
     endpoint: Uri,
+    /// `host[:port]` of the endpoint, as sent (and signed) in `Host`.
+    authority: String,
+    /// `None`: requests go unsigned (an open broker).
+    key: Option<SigningKey>,
 }
 
 impl ApiClient {
-    /// A client for `endpoint` (`http://host:port`).
-    pub(crate) fn new(endpoint: &str) -> anyhow::Result<Self> {
+    /// A client for `endpoint` (`http://host:port`), signing with `key` if given.
+    pub(crate) fn new(endpoint: &str, key: Option<SigningKey>) -> anyhow::Result<Self> {
         let endpoint: Uri = endpoint
             .parse()
             .map_err(|error| anyhow::anyhow!("--endpoint {endpoint:?} is not a URL: {error}"))?;
@@ -58,7 +81,16 @@ impl ApiClient {
         let http = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(64)
             .build(connector);
-        Ok(Self { http, endpoint })
+        let authority = endpoint
+            .authority()
+            .map(|authority| authority.as_str().to_owned())
+            .ok_or_else(|| anyhow::anyhow!("--endpoint {endpoint} names no host"))?;
+        Ok(Self {
+            http,
+            endpoint,
+            authority,
+            key,
+        })
     }
 
     /// Calls `action` (`SendMessage`, or a namespaced extension such as
@@ -68,10 +100,35 @@ impl ApiClient {
         action: &str,
         body: Bytes,
     ) -> anyhow::Result<(StatusCode, Bytes)> {
-        let request = Request::post(self.endpoint.clone())
+        let mut request = Request::post(self.endpoint.clone())
+            .header("host", &self.authority)
             .header("content-type", "application/x-amz-json-1.0")
             .header("x-amz-target", target(action))
-            .body(Full::new(body))?;
+            .body(Full::new(body.clone()))?;
+        if let Some(key) = &self.key {
+            let headers = request.headers().clone();
+            let (amz_date, authorization) = sign_headers(
+                &SignableRequest {
+                    method: "POST",
+                    path: request.uri().path(),
+                    query: request.uri().query().unwrap_or_default(),
+                    headers: &headers,
+                    body: &body,
+                },
+                SigningParams {
+                    access_key_id: &key.access_key_id,
+                    secret_access_key: &key.secret_access_key,
+                    region: &key.region,
+                    now: SystemClock.now(),
+                },
+            );
+            request
+                .headers_mut()
+                .insert("x-amz-date", HeaderValue::from_str(&amz_date)?);
+            request
+                .headers_mut()
+                .insert("authorization", HeaderValue::from_str(&authorization)?);
+        }
         let response = self.http.request(request).await?;
         let status = response.status();
         let body = response.into_body().collect().await?.to_bytes();
@@ -141,12 +198,41 @@ pub(crate) struct EndpointArgs {
     /// Print machine-readable JSON instead of text.
     #[arg(long, global = true)]
     pub(crate) json: bool,
+    /// Sign requests (SigV4) with this access key id, for a broker started
+    /// with `--auth sigv4`.
+    #[arg(
+        long,
+        env = "AWS_ACCESS_KEY_ID",
+        global = true,
+        requires = "secret_access_key"
+    )]
+    pub(crate) access_key_id: Option<String>,
+    /// The secret of `--access-key-id`.
+    #[arg(
+        long,
+        env = "AWS_SECRET_ACCESS_KEY",
+        global = true,
+        hide_env_values = true,
+        requires = "access_key_id"
+    )]
+    pub(crate) secret_access_key: Option<String>,
+    /// The region requests are signed for: the broker's `--region`.
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1", global = true)]
+    pub(crate) region: String,
 }
 
 impl EndpointArgs {
-    /// A client for the endpoint.
+    /// A client for the endpoint, signing when a key is given.
     pub(crate) fn client(&self) -> anyhow::Result<ApiClient> {
-        ApiClient::new(&self.endpoint)
+        let key = match (&self.access_key_id, &self.secret_access_key) {
+            (Some(access_key_id), Some(secret_access_key)) => Some(SigningKey {
+                access_key_id: access_key_id.clone(),
+                secret_access_key: secret_access_key.clone(),
+                region: self.region.clone(),
+            }),
+            _ => None,
+        };
+        ApiClient::new(&self.endpoint, key)
     }
 }
 

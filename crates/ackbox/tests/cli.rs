@@ -14,6 +14,20 @@ fn ackbox(endpoint: &str, args: &[&str]) -> Output {
         .arg("--endpoint")
         .arg(endpoint)
         .env("ACKBOX_LOG", "warn")
+        .env_remove("AWS_ACCESS_KEY_ID")
+        .env_remove("AWS_SECRET_ACCESS_KEY")
+        .output()
+        .expect("the ackbox binary runs")
+}
+
+fn ackbox_signed(endpoint: &str, (id, secret): (&str, &str), args: &[&str]) -> Output {
+    Command::new(BINARY)
+        .args(args)
+        .arg("--endpoint")
+        .arg(endpoint)
+        .env("ACKBOX_LOG", "warn")
+        .env("AWS_ACCESS_KEY_ID", id)
+        .env("AWS_SECRET_ACCESS_KEY", secret)
         .output()
         .expect("the ackbox binary runs")
 }
@@ -165,6 +179,170 @@ fn serve_refuses_bad_flags() {
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("12 digits"));
+}
+
+fn credentials(id: &str, secret: &str) -> String {
+    format!(
+        "[[keys]]\naccess_key_id = \"{id}\"\nsecret_access_key = \"{secret}\"\n\
+         allow_queues = [\"*\"]\nallow_actions = [\"*\"]\n"
+    )
+}
+
+#[test]
+fn the_cli_signs_for_a_secured_broker_and_keys_rotate_on_sighup() {
+    const FIRST: (&str, &str) = ("FIRSTKEY", "first-secret-0123456789");
+    const SECOND: (&str, &str) = ("SECONDKEY", "second-secret-0123456789");
+    let data_dir = tempfile::tempdir().unwrap();
+    let file = data_dir.path().join("credentials.toml");
+    std::fs::write(&file, credentials(FIRST.0, FIRST.1)).unwrap();
+    let server = ServerProcess::start(
+        BINARY.as_ref(),
+        data_dir.path(),
+        free_port(),
+        &["--auth", "sigv4", "--credentials", file.to_str().unwrap()],
+    );
+    let endpoint = server.url();
+    let unsigned = ackbox(&endpoint, &["queue", "create", "locked"]);
+    assert!(!unsigned.status.success());
+    assert!(
+        String::from_utf8_lossy(&unsigned.stderr).contains("MissingAuthenticationToken"),
+        "{}",
+        String::from_utf8_lossy(&unsigned.stderr)
+    );
+    ok_stdout(ackbox_signed(
+        &endpoint,
+        FIRST,
+        &["queue", "create", "locked"],
+    ));
+    ok_stdout(ackbox_signed(
+        &endpoint,
+        FIRST,
+        &["send", "locked", "signed"],
+    ));
+    let wrong = ackbox_signed(
+        &endpoint,
+        (FIRST.0, "a-wrong-secret-0000000"),
+        &["queue", "list"],
+    );
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("SignatureDoesNotMatch"));
+
+    // Rotation: the new key is in force after SIGHUP, the old one is not.
+    std::fs::write(&file, credentials(SECOND.0, SECOND.1)).unwrap();
+    let hup = Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let output = ackbox_signed(&endpoint, SECOND, &["receive", "locked", "--json"]);
+        if output.status.success() {
+            let received: Value = serde_json::from_slice(&output.stdout).unwrap();
+            assert_eq!(received["Messages"][0]["Body"], "signed");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the new key never took effect"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let old = ackbox_signed(&endpoint, FIRST, &["queue", "list"]);
+    assert!(String::from_utf8_lossy(&old.stderr).contains("InvalidClientTokenId"));
+    // A broken file is refused; the keys in force stay.
+    std::fs::write(&file, "this is [not toml").unwrap();
+    Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    ok_stdout(ackbox_signed(&endpoint, SECOND, &["queue", "list"]));
+}
+
+#[test]
+fn serve_refuses_to_start_open_when_auth_is_required_or_half_configured() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let serve = |args: &[&str]| {
+        Command::new(BINARY)
+            .args(["serve", "--port", "0", "--data-dir"])
+            .arg(data_dir.path())
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let file = data_dir.path().join("credentials.toml");
+    std::fs::write(
+        &file,
+        "[[keys]]\naccess_key_id = \"A\"\nsecret_access_key = \"short\"\n",
+    )
+    .unwrap();
+    for (args, expected) in [
+        (
+            vec!["--require-auth"],
+            "refusing to start without --auth sigv4",
+        ),
+        (vec!["--auth", "sigv4"], "--auth sigv4 needs --credentials"),
+        (
+            vec!["--credentials", file.to_str().unwrap()],
+            "--auth is open; add --auth sigv4",
+        ),
+        (
+            vec!["--auth", "sigv4", "--credentials", file.to_str().unwrap()],
+            "at least 16 characters",
+        ),
+        (
+            vec!["--request-timeout-secs", "5"],
+            "--request-timeout-secs must be at least 21",
+        ),
+        (vec!["--tls-cert", "/nonexistent.pem"], "--tls-key"),
+    ] {
+        let output = serve(&args);
+        assert!(!output.status.success(), "{args:?} started");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn serve_warns_loudly_when_exposed_without_authentication() {
+    use std::io::{BufRead, BufReader};
+    let data_dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(BINARY)
+        .args([
+            "serve",
+            "--bind",
+            "0.0.0.0",
+            "--port",
+            &free_port().to_string(),
+            "--data-dir",
+        ])
+        .arg(data_dir.path())
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (lines, seen) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut warned = false;
+    while let Ok(line) = seen.recv_timeout(std::time::Duration::from_secs(30)) {
+        if line.contains("WITHOUT AUTHENTICATION") {
+            warned = true;
+            break;
+        }
+        if line.contains("ackbox is ready") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned, "no warning before the broker was ready");
 }
 
 #[test]

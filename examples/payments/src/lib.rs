@@ -26,7 +26,6 @@ use ackbox_consumer::{
     RetryPolicy, SqliteInbox, SqsPublisher, SqsTransport, async_trait,
 };
 use ackbox_core::clock::SystemClock;
-use ackbox_engine::store::sqlite::Durability;
 use ackbox_server::broker::{BrokerConfig, RunningBroker};
 use anyhow::Context;
 use aws_sdk_sqs::Client;
@@ -602,13 +601,10 @@ async fn run_on<A: AppDb>(app: A, config: Config) -> anyhow::Result<Report> {
     let started = Instant::now();
     let data_dir = tempfile::tempdir()?;
     let broker = RunningBroker::start(
-        BrokerConfig {
-            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            data_dir: data_dir.path().to_path_buf(),
-            durability: Durability::Fsync,
-            realm: ackbox_core::queue_name::Realm::default(),
-            ui_read_only: false,
-        },
+        BrokerConfig::new(
+            SocketAddr::from(([127, 0, 0, 1], 0)),
+            data_dir.path().to_path_buf(),
+        ),
         Arc::new(SystemClock),
     )
     .await?;

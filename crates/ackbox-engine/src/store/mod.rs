@@ -522,6 +522,8 @@ pub enum MoveTaskFilter {
     Source(String),
     /// Every task ever started (the audit log).
     All,
+    /// The one task with this handle, whatever its status.
+    Handle(String),
 }
 
 /// Parameters of [`Store::move_task_create`].

@@ -696,6 +696,37 @@ pub async fn move_tasks_move_visible_messages_once_and_wait_for_held_ones(fixtur
     assert_eq!(left.messages[0].body, "late");
 }
 
+pub async fn a_move_task_is_found_by_its_handle_whatever_its_status(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let dlq = create(store, "dlq", T0).await;
+    let other = create(store, "other-dlq", T0).await;
+    insert(store, dlq, vec![message("m", T0, T0)]).await;
+    for (handle, queue) in [("task-a", dlq), ("task-b", other)] {
+        store
+            .move_task_create(task_params(handle, queue, None))
+            .await
+            .unwrap();
+    }
+    store.move_task_cancel("task-a", T0 + 1).await.unwrap();
+    let by_handle = |handle: &str| MoveTaskFilter::Handle(handle.to_owned());
+    let found = store.move_task_list(by_handle("task-a"), 10).await.unwrap();
+    assert_eq!(found.len(), 1, "one task per handle");
+    assert_eq!(
+        (found[0].handle.as_str(), found[0].status.as_str()),
+        ("task-a", "CANCELLED"),
+        "a finished task is still found"
+    );
+    let other_task = store.move_task_list(by_handle("task-b"), 10).await.unwrap();
+    assert_eq!(other_task[0].source_queue_id, other);
+    assert!(
+        store
+            .move_task_list(by_handle("no-such-task"), 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 pub async fn the_relapse_brake_pauses_a_task_whose_messages_come_back(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let dlq = create(store, "dlq", T0).await;
@@ -1419,6 +1450,7 @@ macro_rules! store_conformance {
             receive_moves_messages_past_the_limit_to_the_dead_letter_queue,
             move_tasks_move_visible_messages_once_and_wait_for_held_ones,
             the_relapse_brake_pauses_a_task_whose_messages_come_back,
+            a_move_task_is_found_by_its_handle_whatever_its_status,
             move_task_filters_pick_by_class_age_and_count,
             a_missing_dead_letter_queue_moves_nothing,
             stats_split_visible_in_flight_and_delayed,

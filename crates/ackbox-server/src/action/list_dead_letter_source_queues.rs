@@ -40,6 +40,7 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
     Ok(Response {
         queue_urls: sources
             .iter()
+            .filter(|source| context.may_use_queue(source.as_str()))
             .map(|source| context.queue_url(source))
             .collect(),
         next_token,

@@ -82,6 +82,16 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
         .move_task_history(request.source_arn.as_deref(), request.max_results)
         .await?;
     Ok(Response {
-        tasks: tasks.into_iter().map(AuditEntry::from).collect(),
+        tasks: tasks
+            .into_iter()
+            .filter(|task| {
+                context
+                    .engine
+                    .realm()
+                    .queue_name_from_arn(&task.source_arn)
+                    .is_some_and(|name| context.may_use_queue(name.as_str()))
+            })
+            .map(AuditEntry::from)
+            .collect(),
     })
 }

@@ -39,7 +39,12 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
         request.next_token.as_deref(),
     )?;
     Ok(Response {
-        queue_urls: names.iter().map(|name| context.queue_url(name)).collect(),
+        // A key sees only the queues it may use; a page may come out short.
+        queue_urls: names
+            .iter()
+            .filter(|name| context.may_use_queue(name.as_str()))
+            .map(|name| context.queue_url(name))
+            .collect(),
         next_token,
     })
 }

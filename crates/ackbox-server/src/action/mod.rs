@@ -3,6 +3,12 @@
 //!
 //! The shapes are protocol-neutral serde types; the JSON protocol decodes them
 //! directly, and the query protocol will decode into the same types.
+//!
+//! Authorization happens here, in one place, before any handler runs: every
+//! request type names the queues it touches ([`Resources`]), and
+//! [`RequestContext::authorize`] checks the caller's permission for the
+//! action on each of them. A request type that does not say is a compile
+//! error, so no action can be added without deciding what it touches.
 
 use std::str::FromStr;
 
@@ -11,6 +17,7 @@ use ackbox_core::queue_name::QueueName;
 use ackbox_engine::Engine;
 use axum::response::Response;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::protocol::json::{parse, respond};
 
@@ -49,14 +56,110 @@ pub struct RequestContext {
     pub engine: Engine,
     /// Scheme and authority queue URLs are built on, e.g. `http://127.0.0.1:9324`.
     pub base_url: String,
-    /// The caller's identity, reported as `SenderId`.
+    /// The caller's identity, reported as `SenderId`: the access key id, or
+    /// the account id when requests are not authenticated.
     pub sender_id: String,
-    /// Who the caller is for audit records: an access key, or `anonymous`
-    /// while requests are not authenticated.
-    pub principal: String,
+    /// Who is calling, and what they may do.
+    pub caller: Caller,
+}
+
+/// Something a request acts on, as the request names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource<'a> {
+    /// A queue by `QueueUrl`.
+    QueueUrl(&'a str),
+    /// A queue by `QueueName`.
+    QueueName(&'a str),
+    /// A queue by ARN (`SourceArn`, `DestinationArn`).
+    QueueArn(&'a str),
+    /// A message move task by `TaskHandle`: its source queue decides.
+    MoveTask(&'a str),
+    /// No single queue: the handler shows only queues the caller may use
+    /// ([`RequestContext::may_use_queue`]).
+    Listing,
+}
+
+/// The resources a request acts on, checked before it runs.
+pub trait Resources {
+    /// Every resource the request names.
+    fn resources(&self) -> Vec<Resource<'_>>;
 }
 
 impl RequestContext {
+    /// The principal audit records name: the access key id, or `anonymous`.
+    pub fn principal(&self) -> &str {
+        self.caller.principal()
+    }
+
+    /// Whether the caller may see and use the queue `name` (for listings).
+    pub fn may_use_queue(&self, name: &str) -> bool {
+        self.caller.may_use_queue(name)
+    }
+
+    /// Refuses with `AccessDenied` unless the caller holds `permission` on
+    /// every resource. A resource that names no queue this server could
+    /// have (a garbled URL, an unknown task) is left to the handler, which
+    /// refuses it with its own error before touching anything.
+    pub async fn authorize(
+        &self,
+        permission: &str,
+        resources: &[Resource<'_>],
+    ) -> Result<(), ApiError> {
+        if matches!(self.caller, Caller::Anonymous) {
+            return Ok(());
+        }
+        let realm = self.engine.realm();
+        let mut queues = Vec::with_capacity(resources.len());
+        for resource in resources {
+            let queue = match resource {
+                Resource::QueueUrl(url) => realm
+                    .queue_name_from_url(url)
+                    .ok()
+                    .map(|name| name.as_str().to_owned()),
+                Resource::QueueName(name) => Some((*name).to_owned()),
+                Resource::QueueArn(arn) => realm
+                    .queue_name_from_arn(arn)
+                    .map(|name| name.as_str().to_owned()),
+                Resource::MoveTask(handle) => self
+                    .engine
+                    .move_task(handle)
+                    .await?
+                    .and_then(|task| realm.queue_name_from_arn(&task.source_arn))
+                    .map(|name| name.as_str().to_owned()),
+                Resource::Listing => None,
+            };
+            queues.extend(queue);
+        }
+        let denied = |resource: String, because: &str| {
+            crate::telemetry::auth_refused(ErrorCode::AccessDenied);
+            ApiError::Sqs(SqsError::new(
+                ErrorCode::AccessDenied,
+                format!(
+                    "User: {} is not authorized to perform: sqs:{permission} on resource: \
+                     {resource} because {because}.",
+                    self.principal()
+                ),
+            ))
+        };
+        if !self.caller.may_perform(permission) {
+            let resource = queues.first().map_or_else(
+                || "*".to_owned(),
+                |name| format!("arn:aws:sqs:{}:{}:{name}", realm.region, realm.account_id),
+            );
+            return Err(denied(
+                resource,
+                &format!("the key's allow_actions does not include {permission}"),
+            ));
+        }
+        if let Some(name) = queues.iter().find(|name| !self.caller.may_use_queue(name)) {
+            return Err(denied(
+                format!("arn:aws:sqs:{}:{}:{name}", realm.region, realm.account_id),
+                "the key's allow_queues does not match the queue",
+            ));
+        }
+        Ok(())
+    }
+
     /// The queue a `QueueUrl` parameter names.
     pub fn queue_name(&self, queue_url: &str) -> Result<QueueName, SqsError> {
         let name = self.engine.realm().queue_name_from_url(queue_url)?;
@@ -72,7 +175,7 @@ impl RequestContext {
 }
 
 macro_rules! actions {
-    ($($namespace:literal $variant:ident => $module:ident),* $(,)?) => {
+    ($($namespace:literal $variant:ident => $module:ident $(as $permission:ident)?),* $(,)?) => {
         /// Every action this server answers: SQS's own, and ackbox's
         /// extensions under their own `X-Amz-Target` namespace.
         #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +187,9 @@ macro_rules! actions {
         }
 
         impl Action {
+            /// Every action, in the order of the table below.
+            pub const ALL: &'static [Action] = &[$(Self::$variant,)*];
+
             /// The action's name, without its namespace.
             pub fn name(self) -> &'static str {
                 match self {
@@ -91,11 +197,21 @@ macro_rules! actions {
                 }
             }
 
-            /// Decodes `body` as this action's request, runs it and encodes the response.
+            /// The IAM-style permission the action needs: its own name, but
+            /// for batches, which need the permission of their single form.
+            pub fn permission(self) -> &'static str {
+                match self {
+                    $(Self::$variant => actions!(@permission $variant $($permission)?),)*
+                }
+            }
+
+            /// Decodes `body` as this action's request, checks the caller
+            /// may run it on what it names, runs it and encodes the response.
             pub async fn run_json(self, context: &RequestContext, body: &[u8]) -> Result<Response, ApiError> {
                 match self {
                     $(Self::$variant => {
                         let request = parse::<$module::Request>(body)?;
+                        context.authorize(self.permission(), &request.resources()).await?;
                         Ok(respond(&$module::handle(context, request).await?))
                     })*
                 }
@@ -120,6 +236,20 @@ macro_rules! actions {
             }
         }
     };
+    (@permission $variant:ident) => { stringify!($variant) };
+    (@permission $variant:ident $permission:ident) => { stringify!($permission) };
+}
+
+impl Action {
+    /// Every distinct permission name, sorted: what a credentials file's
+    /// `allow_actions` may name.
+    pub fn permissions() -> Vec<&'static str> {
+        let mut permissions: Vec<&'static str> =
+            Self::ALL.iter().map(|action| action.permission()).collect();
+        permissions.sort_unstable();
+        permissions.dedup();
+        permissions
+    }
 }
 
 actions! {
@@ -134,12 +264,12 @@ actions! {
     "AmazonSQS" ListQueueTags => list_queue_tags,
     "AmazonSQS" ListDeadLetterSourceQueues => list_dead_letter_source_queues,
     "AmazonSQS" SendMessage => send_message,
-    "AmazonSQS" SendMessageBatch => send_message_batch,
+    "AmazonSQS" SendMessageBatch => send_message_batch as SendMessage,
     "AmazonSQS" ReceiveMessage => receive_message,
     "AmazonSQS" DeleteMessage => delete_message,
-    "AmazonSQS" DeleteMessageBatch => delete_message_batch,
+    "AmazonSQS" DeleteMessageBatch => delete_message_batch as DeleteMessage,
     "AmazonSQS" ChangeMessageVisibility => change_message_visibility,
-    "AmazonSQS" ChangeMessageVisibilityBatch => change_message_visibility_batch,
+    "AmazonSQS" ChangeMessageVisibilityBatch => change_message_visibility_batch as ChangeMessageVisibility,
     "AmazonSQS" PurgeQueue => purge_queue,
     "AmazonSQS" StartMessageMoveTask => start_message_move_task,
     "AmazonSQS" ListMessageMoveTasks => list_message_move_tasks,
@@ -149,4 +279,94 @@ actions! {
     "AckBox" ListMoveTaskHistory => list_move_task_history,
     "AckBox" SummarizeQueue => summarize_queue,
     "AckBox" ResumeMessageMoveTask => resume_message_move_task,
+}
+
+/// Implements [`Resources`] for requests that name one queue by `QueueUrl`.
+macro_rules! by_queue_url {
+    ($($module:ident),* $(,)?) => {
+        $(
+            impl Resources for $module::Request {
+                fn resources(&self) -> Vec<Resource<'_>> {
+                    vec![Resource::QueueUrl(&self.queue_url)]
+                }
+            }
+        )*
+    };
+}
+
+by_queue_url!(
+    change_message_visibility,
+    change_message_visibility_batch,
+    delete_message,
+    delete_message_batch,
+    delete_queue,
+    get_queue_attributes,
+    list_dead_letter_source_queues,
+    list_queue_tags,
+    nack_message,
+    peek_messages,
+    purge_queue,
+    receive_message,
+    send_message,
+    send_message_batch,
+    set_queue_attributes,
+    summarize_queue,
+    tag_queue,
+    untag_queue,
+);
+
+impl Resources for create_queue::Request {
+    fn resources(&self) -> Vec<Resource<'_>> {
+        vec![Resource::QueueName(&self.queue_name)]
+    }
+}
+
+impl Resources for get_queue_url::Request {
+    fn resources(&self) -> Vec<Resource<'_>> {
+        vec![Resource::QueueName(&self.queue_name)]
+    }
+}
+
+impl Resources for list_queues::Request {
+    fn resources(&self) -> Vec<Resource<'_>> {
+        vec![Resource::Listing]
+    }
+}
+
+impl Resources for start_message_move_task::Request {
+    fn resources(&self) -> Vec<Resource<'_>> {
+        // Without a destination, messages go back to the queues they came
+        // from; the key is judged on the dead-letter queue it names.
+        std::iter::once(Resource::QueueArn(&self.source_arn))
+            .chain(self.destination_arn.as_deref().map(Resource::QueueArn))
+            .collect()
+    }
+}
+
+impl Resources for list_message_move_tasks::Request {
+    fn resources(&self) -> Vec<Resource<'_>> {
+        vec![Resource::QueueArn(&self.source_arn)]
+    }
+}
+
+impl Resources for list_move_task_history::Request {
+    fn resources(&self) -> Vec<Resource<'_>> {
+        vec![
+            self.source_arn
+                .as_deref()
+                .map_or(Resource::Listing, Resource::QueueArn),
+        ]
+    }
+}
+
+impl Resources for cancel_message_move_task::Request {
+    fn resources(&self) -> Vec<Resource<'_>> {
+        vec![Resource::MoveTask(&self.task_handle)]
+    }
+}
+
+impl Resources for resume_message_move_task::Request {
+    fn resources(&self) -> Vec<Resource<'_>> {
+        vec![Resource::MoveTask(&self.task_handle)]
+    }
 }

@@ -56,7 +56,7 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
                 max_messages: request.max_messages,
                 sample: request.sample,
             },
-            &context.principal,
+            context.principal(),
         )
         .await?;
     Ok(Response { task_handle })

@@ -57,9 +57,10 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         let sqs = if let Some(field) = missing_field(&message) {
             SqsError::missing_parameter(field)
         } else if inner.is_data() {
+            let reason = message.split(" at line").next().unwrap_or(&message);
             SqsError::invalid_value(format!(
                 "Value for parameter {path} is invalid. Reason: {}.",
-                message.split(" at line").next().unwrap_or(&message)
+                reason.trim_end_matches('.')
             ))
         } else {
             SqsError::new(
@@ -128,6 +129,28 @@ mod tests {
             error.message.contains("MaxNumberOfMessages"),
             "{}",
             error.message
+        );
+    }
+
+    #[test]
+    fn a_reason_ending_in_a_period_gets_one_period() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Binary {
+            #[serde(rename = "BinaryValue")]
+            value: Base64,
+        }
+        #[derive(Debug)]
+        struct Base64;
+        impl<'de> serde::Deserialize<'de> for Base64 {
+            fn deserialize<D: serde::Deserializer<'de>>(_: D) -> Result<Self, D::Error> {
+                Err(serde::de::Error::custom("Invalid padding."))
+            }
+        }
+        let error = sqs(parse::<Binary>(br#"{"BinaryValue":"x"}"#).unwrap_err());
+        assert_eq!(
+            error.message,
+            "Value for parameter BinaryValue is invalid. Reason: Invalid padding."
         );
     }
 

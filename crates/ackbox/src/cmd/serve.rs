@@ -10,7 +10,10 @@ use ackbox_core::clock::SystemClock;
 use ackbox_core::queue_name::Realm;
 use ackbox_engine::Engine;
 use ackbox_engine::store::sqlite::Durability;
+use ackbox_server::auth::Authenticator;
 use ackbox_server::broker::{BrokerConfig, RunningBroker};
+use ackbox_server::limits::HttpLimits;
+use ackbox_server::tls::TlsFiles;
 use anyhow::{Context, bail};
 use clap::ValueEnum;
 use serde::Deserialize;
@@ -22,6 +25,15 @@ pub(crate) enum DurabilityMode {
     Fsync,
     /// fsync at most every `--fsync-interval-ms`: a power loss may lose that window.
     Relaxed,
+}
+
+/// How API requests are authenticated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum AuthMode {
+    /// No authentication: for local development on loopback.
+    Open,
+    /// AWS Signature Version 4 against `--credentials`.
+    Sigv4,
 }
 
 /// Flags of `ackbox serve`.
@@ -54,6 +66,89 @@ pub(crate) struct Args {
     /// Serve the dashboard at /ui without its forms: look, do not touch.
     #[arg(long, env = "ACKBOX_UI_READ_ONLY")]
     ui_read_only: bool,
+    /// How requests are authenticated.
+    #[arg(long, env = "ACKBOX_AUTH", value_enum, default_value_t = AuthMode::Open)]
+    auth: AuthMode,
+    /// With `--auth sigv4`: the TOML file of access keys and their permissions.
+    #[arg(long, env = "ACKBOX_CREDENTIALS")]
+    credentials: Option<PathBuf>,
+    /// Refuse to start without authentication.
+    #[arg(long, env = "ACKBOX_REQUIRE_AUTH")]
+    require_auth: bool,
+    /// PEM certificate chain: serve HTTPS (with `--tls-key`).
+    #[arg(long, env = "ACKBOX_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of `--tls-cert`.
+    #[arg(long, env = "ACKBOX_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Largest request body, bytes.
+    #[arg(long, env = "ACKBOX_MAX_BODY_BYTES", default_value_t = HttpLimits::default().max_body_bytes)]
+    max_body_bytes: usize,
+    /// Largest request head (request line and headers), bytes.
+    #[arg(long, env = "ACKBOX_MAX_HEADER_BYTES", default_value_t = HttpLimits::default().max_header_bytes)]
+    max_header_bytes: usize,
+    /// Connections served at once; more wait to be accepted.
+    #[arg(long, env = "ACKBOX_MAX_CONNECTIONS", default_value_t = HttpLimits::default().max_connections)]
+    max_connections: usize,
+    /// Longest wait for a request's headers (and a TLS handshake, and an idle connection).
+    #[arg(long, env = "ACKBOX_HEADER_TIMEOUT_MS", default_value_t = millis(HttpLimits::default().header_timeout))]
+    header_timeout_ms: u64,
+    /// Longest wait for a request's body after its headers.
+    #[arg(long, env = "ACKBOX_BODY_TIMEOUT_MS", default_value_t = millis(HttpLimits::default().body_timeout))]
+    body_timeout_ms: u64,
+    /// Longest a request may take, long polls included (more than 20).
+    #[arg(long, env = "ACKBOX_REQUEST_TIMEOUT_SECS", default_value_t = HttpLimits::default().request_timeout.as_secs())]
+    request_timeout_secs: u64,
+}
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Args {
+    fn limits(&self) -> HttpLimits {
+        HttpLimits {
+            max_body_bytes: self.max_body_bytes,
+            max_header_bytes: self.max_header_bytes,
+            max_connections: self.max_connections,
+            header_timeout: Duration::from_millis(self.header_timeout_ms),
+            body_timeout: Duration::from_millis(self.body_timeout_ms),
+            request_timeout: Duration::from_secs(self.request_timeout_secs),
+        }
+    }
+
+    /// The credentials file, if authentication is on; refuses flag
+    /// combinations that would leave a broker open by mistake.
+    fn credentials(&self) -> anyhow::Result<Option<PathBuf>> {
+        let credentials = match (self.auth, &self.credentials) {
+            (AuthMode::Sigv4, Some(path)) => Some(path.clone()),
+            (AuthMode::Sigv4, None) => bail!("--auth sigv4 needs --credentials PATH"),
+            (AuthMode::Open, Some(_)) => {
+                bail!("--credentials is given but --auth is open; add --auth sigv4")
+            }
+            (AuthMode::Open, None) => None,
+        };
+        if credentials.is_none() && self.require_auth {
+            bail!("--require-auth: refusing to start without --auth sigv4 --credentials PATH");
+        }
+        if credentials.is_none() && !self.bind.is_loopback() {
+            tracing::warn!(
+                bind = %self.bind,
+                "WARNING: serving on a non-loopback address WITHOUT AUTHENTICATION: anyone who \
+                 can reach it can read, send and delete every message. Use --auth sigv4 \
+                 --credentials PATH (and --require-auth to make this an error)."
+            );
+        }
+        if credentials.is_some() && self.tls_cert.is_none() && !self.bind.is_loopback() {
+            tracing::warn!(
+                bind = %self.bind,
+                "serving on a non-loopback address without TLS: request bodies, and the \
+                 dashboard's passwords (secret access keys), cross the network in clear text; \
+                 use --tls-cert and --tls-key"
+            );
+        }
+        Ok(credentials)
+    }
 }
 
 /// `ackbox.toml`: queues that exist whenever the broker runs.
@@ -148,6 +243,28 @@ fn realm(args: &Args) -> anyhow::Result<Realm> {
     })
 }
 
+/// Reloads the credentials file at every SIGHUP (key rotation); never returns.
+async fn reload_on_hangup(authenticator: Arc<Authenticator>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; credentials reload only at restart");
+            return std::future::pending().await;
+        };
+        while hangups.recv().await.is_some() {
+            match authenticator.reload() {
+                Ok(keys) => tracing::info!(keys, "credentials reloaded"),
+                Err(error) => tracing::error!(
+                    error = %anyhow::Error::from(error),
+                    "credentials reload refused; the keys in use stay"
+                ),
+            }
+        }
+    }
+    std::future::pending().await
+}
+
 /// Runs the broker until SIGINT or SIGTERM.
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let durability = match args.durability {
@@ -156,13 +273,24 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             sync_interval: Duration::from_millis(args.fsync_interval_ms.max(1)),
         },
     };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(certificate), Some(private_key)) => Some(TlsFiles {
+            certificate: certificate.clone(),
+            private_key: private_key.clone(),
+        }),
+        _ => None,
+    };
     let config = BrokerConfig {
         listen: SocketAddr::new(args.bind, args.port),
         data_dir: args.data_dir.clone(),
         durability,
         realm: realm(&args)?,
         ui_read_only: args.ui_read_only,
+        credentials: args.credentials()?,
+        tls,
+        limits: args.limits(),
     };
+    let authenticated = config.credentials.is_some();
     let mut broker = RunningBroker::start(config, Arc::new(SystemClock)).await?;
     if let Some(path) = &args.config
         && let Err(error) = apply_config(&broker.engine, path).await
@@ -174,10 +302,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         url = %broker.url(),
         data_dir = %args.data_dir.display(),
         durability = ?durability,
+        authenticated,
         "ackbox is ready"
     );
     let stopped_by_itself = tokio::select! {
         () = ackbox_server::shutdown::signal() => None,
+        () = reload_on_hangup(broker.authenticator()) => None,
         result = broker.wait() => Some(result),
     };
     match stopped_by_itself {

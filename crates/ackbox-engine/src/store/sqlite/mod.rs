@@ -419,6 +419,10 @@ impl Store for SqliteStore {
                     format!("SELECT {columns} FROM move_tasks {order} LIMIT ?1"),
                     &[&limit],
                 ),
+                MoveTaskFilter::Handle(handle) => query(
+                    format!("SELECT {columns} FROM move_tasks WHERE handle = ?1 {order} LIMIT ?2"),
+                    &[&handle, &limit],
+                ),
             }
         })
         .await

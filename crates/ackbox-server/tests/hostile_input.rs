@@ -1,0 +1,648 @@
+//! Invariant 6, by property: whatever JSON a client sends as any action's
+//! parameters, and whatever bytes it sends as a body, the answer is a
+//! success or a 4xx in SQS's error shape — never a 5xx, never a panic. The
+//! broker keeps its state across cases, so later cases meet the queues,
+//! messages and tasks earlier ones made.
+
+use std::sync::{Arc, Mutex};
+
+use ackbox_core::clock::SystemClock;
+use ackbox_core::receipt::ReceiptKey;
+use ackbox_engine::store::sqlite::{Durability, SqliteStore};
+use ackbox_engine::{Engine, EngineConfig};
+use ackbox_server::action::Action;
+use ackbox_server::app::{AppState, app};
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use serde_json::{Map, Value, json};
+use tower::ServiceExt;
+
+/// Every member name any action reads, so generated requests reach past
+/// "missing parameter" into the handlers.
+const FIELDS: &[&str] = &[
+    "Reason",
+    "QueueUrl",
+    "QueueName",
+    "Attributes",
+    "tags",
+    "Tags",
+    "TagKeys",
+    "MessageBody",
+    "DelaySeconds",
+    "MessageAttributes",
+    "MessageSystemAttributes",
+    "MessageDeduplicationId",
+    "MessageGroupId",
+    "Entries",
+    "Id",
+    "ReceiptHandle",
+    "VisibilityTimeout",
+    "MaxNumberOfMessages",
+    "WaitTimeSeconds",
+    "AttributeNames",
+    "MessageAttributeNames",
+    "MessageSystemAttributeNames",
+    "ReceiveRequestAttemptId",
+    "QueueNamePrefix",
+    "QueueOwnerAWSAccountId",
+    "MaxResults",
+    "NextToken",
+    "SourceArn",
+    "DestinationArn",
+    "MaxNumberOfMessagesPerSecond",
+    "TaskHandle",
+    "AckBoxFailureClass",
+    "AckBoxOlderThanSeconds",
+    "AckBoxMaxMessages",
+    "AckBoxSample",
+    "Class",
+    "Message",
+    "Permanent",
+];
+
+/// Queue attribute names, without `ReceiveMessageWaitTimeSeconds`: a queue
+/// that long-polls every receive would make each later case wait 20 s.
+const ATTRIBUTES: &[&str] = &[
+    "DelaySeconds",
+    "MaximumMessageSize",
+    "MessageRetentionPeriod",
+    "VisibilityTimeout",
+    "RedrivePolicy",
+    "RedriveAllowPolicy",
+    "FifoQueue",
+    "ContentBasedDeduplication",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+    "All",
+    "QueueArn",
+    "Policy",
+];
+
+const URL: &str = "http://localhost/000000000000/target";
+const FIFO_URL: &str = "http://localhost/000000000000/target.fifo";
+const DLQ_ARN: &str = "arn:aws:sqs:us-east-1:000000000000:target-dlq";
+
+fn interesting_string() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just(URL.to_owned()),
+        Just(FIFO_URL.to_owned()),
+        Just("http://localhost/000000000000/target-dlq".to_owned()),
+        Just(DLQ_ARN.to_owned()),
+        Just("arn:aws:sqs:us-east-1:000000000000:target".to_owned()),
+        Just("target".to_owned()),
+        Just("target.fifo".to_owned()),
+        Just(String::new()),
+        Just("String".to_owned()),
+        Just("Number".to_owned()),
+        Just("Binary".to_owned()),
+        Just("All".to_owned()),
+        Just("-1".to_owned()),
+        Just("99999999999999999999999".to_owned()),
+        Just("{\"deadLetterTargetArn\":\"arn:aws:sqs:us-east-1:000000000000:target-dlq\",\"maxReceiveCount\":1}".to_owned()),
+        Just("AQAAAAAAAAABAAAAAAAAAAEAAAAAAAAAAQ".to_owned()),
+        "\\PC{0,40}",
+        "[a-zA-Z0-9_.-]{1,90}",
+        ".{0,12}",
+    ]
+}
+
+fn scalar() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(Value::from),
+        (-5i64..50).prop_map(Value::from),
+        any::<f64>().prop_map(|number| json!(number)),
+        interesting_string().prop_map(Value::String),
+    ]
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    scalar().prop_recursive(3, 24, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::vec(
+                (
+                    prop_oneof![
+                        prop::sample::select(FIELDS).prop_map(str::to_owned),
+                        prop::sample::select(ATTRIBUTES).prop_map(str::to_owned),
+                        Just("DataType".to_owned()),
+                        Just("StringValue".to_owned()),
+                        Just("BinaryValue".to_owned()),
+                        "[a-zA-Z.]{1,12}",
+                    ],
+                    inner,
+                ),
+                0..5,
+            )
+            .prop_map(|members| Value::Object(members.into_iter().collect::<Map<_, _>>())),
+        ]
+    })
+}
+
+/// The members `action` reads.
+fn fields(action: Action) -> &'static [&'static str] {
+    match action {
+        Action::CreateQueue => &["QueueName", "Attributes", "tags"],
+        Action::GetQueueUrl => &["QueueName", "QueueOwnerAWSAccountId"],
+        Action::ListQueues => &["QueueNamePrefix", "MaxResults", "NextToken"],
+        Action::DeleteQueue | Action::PurgeQueue | Action::SummarizeQueue => &["QueueUrl"],
+        Action::GetQueueAttributes => &["QueueUrl", "AttributeNames"],
+        Action::SetQueueAttributes => &["QueueUrl", "Attributes"],
+        Action::TagQueue => &["QueueUrl", "Tags"],
+        Action::UntagQueue => &["QueueUrl", "TagKeys"],
+        Action::ListQueueTags => &["QueueUrl"],
+        Action::ListDeadLetterSourceQueues => &["QueueUrl", "MaxResults", "NextToken"],
+        Action::SendMessage => &[
+            "QueueUrl",
+            "MessageBody",
+            "DelaySeconds",
+            "MessageAttributes",
+            "MessageSystemAttributes",
+            "MessageDeduplicationId",
+            "MessageGroupId",
+        ],
+        Action::SendMessageBatch
+        | Action::DeleteMessageBatch
+        | Action::ChangeMessageVisibilityBatch => &["QueueUrl", "Entries"],
+        Action::ReceiveMessage => &[
+            "QueueUrl",
+            "MaxNumberOfMessages",
+            "VisibilityTimeout",
+            "WaitTimeSeconds",
+            "AttributeNames",
+            "MessageSystemAttributeNames",
+            "MessageAttributeNames",
+            "ReceiveRequestAttemptId",
+        ],
+        Action::DeleteMessage => &["QueueUrl", "ReceiptHandle"],
+        Action::ChangeMessageVisibility => &["QueueUrl", "ReceiptHandle", "VisibilityTimeout"],
+        Action::StartMessageMoveTask => &[
+            "SourceArn",
+            "DestinationArn",
+            "MaxNumberOfMessagesPerSecond",
+            "AckBoxFailureClass",
+            "AckBoxOlderThanSeconds",
+            "AckBoxMaxMessages",
+            "AckBoxSample",
+        ],
+        Action::ListMessageMoveTasks | Action::ListMoveTaskHistory => &["SourceArn", "MaxResults"],
+        Action::CancelMessageMoveTask | Action::ResumeMessageMoveTask => &["TaskHandle"],
+        Action::NackMessage => &[
+            "QueueUrl",
+            "ReceiptHandle",
+            "DelaySeconds",
+            "Reason",
+            "Permanent",
+        ],
+        Action::PeekMessages => &[
+            "QueueUrl",
+            "MaxNumberOfMessages",
+            "MessageSystemAttributeNames",
+            "MessageAttributeNames",
+        ],
+    }
+}
+
+fn number() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        8 => (0i64..12).prop_map(Value::from),
+        2 => (-2i64..2_000_000).prop_map(Value::from),
+        1 => any::<i64>().prop_map(Value::from),
+    ]
+}
+
+fn short_string() -> impl Strategy<Value = String> {
+    prop_oneof!["[a-zA-Z0-9_.-]{1,12}", interesting_string(),]
+}
+
+fn message_attributes() -> impl Strategy<Value = Value> {
+    let attribute = prop_oneof![
+        4 => ("[a-zA-Z0-9 ]{1,20}").prop_map(|text| json!({"DataType": "String", "StringValue": text})),
+        2 => (-1_000i64..1_000).prop_map(|number| json!({"DataType": "Number", "StringValue": number.to_string()})),
+        2 => Just(json!({"DataType": "Binary", "BinaryValue": "aGVsbG8="})),
+        1 => (
+            prop_oneof![Just("Number.float".to_owned()), Just("String".to_owned()), short_string()],
+            prop::option::of(short_string()),
+            prop::option::of(short_string()),
+        )
+            .prop_map(|(data_type, string, binary)| {
+                let mut value = json!({ "DataType": data_type });
+                if let Some(string) = string {
+                    value["StringValue"] = json!(string);
+                }
+                if let Some(binary) = binary {
+                    value["BinaryValue"] = json!(binary);
+                }
+                value
+            }),
+    ];
+    prop::collection::btree_map(
+        prop_oneof![3 => "[a-zA-Z][a-zA-Z0-9_-]{0,10}", 1 => short_string()],
+        attribute,
+        0..4,
+    )
+    .prop_map(|map| json!(map))
+}
+
+fn entries() -> impl Strategy<Value = Value> {
+    let entry = (
+        prop_oneof![6 => "[a-zA-Z0-9_-]{1,10}", 1 => short_string()],
+        "\\PC{0,30}",
+        prop_oneof![Just(HANDLE.to_owned()), short_string()],
+        number(),
+        prop_oneof![Just(None), short_string().prop_map(Some)],
+    )
+        .prop_map(|(id, body, handle, seconds, group)| {
+            let mut entry = json!({
+                "Id": id,
+                "MessageBody": body,
+                "ReceiptHandle": handle,
+                "VisibilityTimeout": seconds,
+                "DelaySeconds": seconds,
+            });
+            if let Some(group) = group {
+                entry["MessageGroupId"] = json!(group.clone());
+                entry["MessageDeduplicationId"] = json!(group);
+            }
+            entry
+        });
+    prop::collection::vec(entry, 0..12).prop_map(Value::Array)
+}
+
+/// A value of roughly the type `field` takes; every so often any value.
+fn field_value(field: &'static str) -> BoxedStrategy<Value> {
+    let typed: BoxedStrategy<Value> = match field {
+        "QueueName" => prop_oneof![
+            Just(json!("target")),
+            Just(json!("target.fifo")),
+            Just(json!("scratch")),
+            Just(json!("scratch.fifo")),
+            short_string().prop_map(Value::from),
+        ]
+        .boxed(),
+        "QueueUrl" => prop_oneof![
+            3 => Just(json!(URL)),
+            3 => Just(json!(FIFO_URL)),
+            1 => Just(json!("http://localhost/000000000000/target-dlq")),
+            1 => interesting_string().prop_map(Value::from),
+        ]
+        .boxed(),
+        "MessageBody" | "Class" | "Message" => "\\PC{0,60}".prop_map(Value::from).boxed(),
+        "ReceiptHandle" => prop_oneof![
+            3 => Just(json!(HANDLE)),
+            1 => short_string().prop_map(Value::from),
+        ]
+        .boxed(),
+        "TaskHandle" => prop_oneof![
+            3 => Just(json!(TASK)),
+            1 => short_string().prop_map(Value::from),
+        ]
+        .boxed(),
+        // A long poll is a wait, not a failure; keep every case quick.
+        "WaitTimeSeconds" => prop_oneof![
+            8 => Just(json!(0)),
+            1 => Just(json!(-1)),
+            1 => Just(json!(21)),
+        ]
+        .boxed(),
+        "Permanent" => any::<bool>().prop_map(Value::from).boxed(),
+        "Attributes" => prop::collection::btree_map(
+            prop::sample::select(ATTRIBUTES).prop_map(str::to_owned),
+            prop_oneof![
+                number().prop_map(|number| Value::from(number.to_string())),
+                Just(json!("true")),
+                Just(json!("false")),
+                Just(json!("messageGroup")),
+                Just(json!("perMessageGroupId")),
+                interesting_string().prop_map(Value::from),
+            ],
+            0..4,
+        )
+        .prop_map(|map| json!(map))
+        .boxed(),
+        "tags" | "Tags" => prop::collection::btree_map(short_string(), short_string(), 0..4)
+            .prop_map(|map| json!(map))
+            .boxed(),
+        "TagKeys" | "AttributeNames" | "MessageSystemAttributeNames"
+        | "MessageAttributeNames" => prop::collection::vec(
+            prop_oneof![
+                prop::sample::select(ATTRIBUTES).prop_map(str::to_owned),
+                Just("All".to_owned()),
+                Just(".*".to_owned()),
+                short_string(),
+            ],
+            0..4,
+        )
+        .prop_map(|names| json!(names))
+        .boxed(),
+        "MessageAttributes" => message_attributes().boxed(),
+        "MessageSystemAttributes" => prop_oneof![
+            3 => Just(json!({})),
+            1 => Just(json!({"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-5759e988-bd862e3fe1be46a994272793"}})),
+            1 => message_attributes(),
+        ]
+        .boxed(),
+        "Entries" => entries().boxed(),
+        "Reason" => (short_string(), "\\PC{0,40}")
+            .prop_map(|(class, message)| json!({"Class": class, "Message": message}))
+            .boxed(),
+        "SourceArn" | "DestinationArn" => prop_oneof![
+            3 => Just(json!(DLQ_ARN)),
+            1 => interesting_string().prop_map(Value::from),
+        ]
+        .boxed(),
+        "MessageGroupId" | "MessageDeduplicationId" | "ReceiveRequestAttemptId"
+        | "QueueNamePrefix" | "NextToken" | "QueueOwnerAWSAccountId" | "AckBoxFailureClass" => {
+            short_string().prop_map(Value::from).boxed()
+        }
+        _ => number().boxed(),
+    };
+    prop_oneof![24 => typed, 1 => value()].boxed()
+}
+
+/// Stands for a receipt handle the broker really issued, when it has.
+const HANDLE: &str = "$HANDLE";
+/// Stands for a move task handle the broker really issued, when it has.
+const TASK: &str = "$TASK";
+
+fn request(action: Action) -> BoxedStrategy<Value> {
+    let members: Vec<BoxedStrategy<Option<(&'static str, Value)>>> = fields(action)
+        .iter()
+        .map(|&field| {
+            // The queues every case relies on stay; only scratch queues
+            // (which CreateQueue cases make) are deleted.
+            let value = if action == Action::DeleteQueue {
+                prop_oneof![
+                    Just(json!("http://localhost/000000000000/scratch")),
+                    Just(json!("http://localhost/000000000000/scratch.fifo")),
+                    "[a-z]{1,8}".prop_map(Value::from),
+                ]
+                .boxed()
+            } else {
+                field_value(field)
+            };
+            prop_oneof![
+                1 => Just(None),
+                12 => value.prop_map(move |value| Some((field, value))),
+            ]
+            .boxed()
+        })
+        .collect();
+    let strays = prop::collection::vec((prop::sample::select(FIELDS), value()), 0..2)
+        .prop_filter("strays are rare", |strays| {
+            strays.is_empty() || strays.len() == 1
+        });
+    (members, strays)
+        .prop_map(|(members, strays)| {
+            let mut object = Map::new();
+            for (name, value) in members.into_iter().flatten() {
+                object.insert(name.to_owned(), value);
+            }
+            for (name, value) in strays {
+                if name != "WaitTimeSeconds" {
+                    object.insert(name.to_owned(), value);
+                }
+            }
+            Value::Object(object)
+        })
+        .boxed()
+}
+
+fn action_and_request() -> impl Strategy<Value = (Action, Value)> {
+    // Sends and receives weigh more: they make the messages, handles and
+    // dead letters the other actions then work on.
+    let weighted: Vec<Action> = Action::ALL
+        .iter()
+        .flat_map(|&action| {
+            let weight = match action {
+                Action::SendMessage | Action::SendMessageBatch | Action::ReceiveMessage => 6,
+                _ => 1,
+            };
+            std::iter::repeat_n(action, weight)
+        })
+        .collect();
+    prop::sample::select(weighted).prop_flat_map(|action| (Just(action), request(action)))
+}
+
+struct Harness {
+    router: Router,
+    /// Receipt and task handles from earlier answers, newest last; what
+    /// [`HANDLE`] and [`TASK`] stand for.
+    issued: Mutex<Issued>,
+    _dir: tempfile::TempDir,
+}
+
+#[derive(Default)]
+struct Issued {
+    receipts: Vec<String>,
+    tasks: Vec<String>,
+}
+
+impl Issued {
+    fn harvest(&mut self, reply: &Value) {
+        match reply {
+            Value::Object(members) => {
+                for (name, value) in members {
+                    match (name.as_str(), value) {
+                        ("ReceiptHandle", Value::String(handle)) => {
+                            self.receipts.push(handle.clone());
+                        }
+                        ("TaskHandle", Value::String(handle)) => self.tasks.push(handle.clone()),
+                        _ => self.harvest(value),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|item| self.harvest(item)),
+            _ => {}
+        }
+        for pool in [&mut self.receipts, &mut self.tasks] {
+            let excess = pool.len().saturating_sub(64);
+            pool.drain(..excess);
+        }
+    }
+
+    /// Replaces the placeholders with issued handles, picked by `seed`.
+    fn substitute(&self, value: &mut Value, seed: usize) {
+        match value {
+            Value::String(text) => {
+                let pool = match text.as_str() {
+                    HANDLE => &self.receipts,
+                    TASK => &self.tasks,
+                    _ => return,
+                };
+                if let Some(handle) = pool.get(pool.len().saturating_sub(1 + seed % 8)) {
+                    *text = handle.clone();
+                }
+            }
+            Value::Array(items) => items
+                .iter_mut()
+                .enumerate()
+                .for_each(|(index, item)| self.substitute(item, seed + index)),
+            Value::Object(members) => members
+                .values_mut()
+                .for_each(|member| self.substitute(member, seed)),
+            _ => {}
+        }
+    }
+}
+
+async fn harness() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(
+        dir.path(),
+        Durability::Relaxed {
+            sync_interval: std::time::Duration::from_secs(1),
+        },
+    )
+    .unwrap();
+    let engine = Engine::start(
+        EngineConfig::new(ReceiptKey::new([3; 32])),
+        Arc::new(store),
+        Arc::new(SystemClock),
+    )
+    .await
+    .unwrap();
+    engine
+        .create_queue("target-dlq", &Default::default(), &Default::default())
+        .await
+        .unwrap();
+    engine
+        .create_queue("target", &Default::default(), &Default::default())
+        .await
+        .unwrap();
+    let fifo = [("FifoQueue".to_owned(), "true".to_owned())].into();
+    engine
+        .create_queue("target.fifo", &fifo, &Default::default())
+        .await
+        .unwrap();
+    Harness {
+        router: app(AppState::new(engine, "http://localhost")),
+        issued: Mutex::default(),
+        _dir: dir,
+    }
+}
+
+fn target(action: Action) -> String {
+    let namespace = if matches!(
+        action,
+        Action::NackMessage
+            | Action::PeekMessages
+            | Action::ListMoveTaskHistory
+            | Action::SummarizeQueue
+            | Action::ResumeMessageMoveTask
+    ) {
+        "AckBox"
+    } else {
+        "AmazonSQS"
+    };
+    format!("{namespace}.{}", action.name())
+}
+
+/// Sends one request; checks the answer's shape; the failure, if any.
+async fn check(harness: &Harness, target: &str, body: Vec<u8>) -> Result<(), String> {
+    let router = &harness.router;
+    let request = Request::post("/")
+        .header("content-type", "application/x-amz-json-1.0")
+        .header("x-amz-target", target)
+        .body(Body::from(body))
+        .unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let query_error = response
+        .headers()
+        .get("x-amzn-query-error")
+        .map(|value| value.to_str().unwrap_or_default().to_owned());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let reply: Value = serde_json::from_slice(&body)
+        .map_err(|error| format!("{target}: {status} with a body that is not JSON ({error})"))?;
+    if status == StatusCode::OK {
+        harness
+            .issued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .harvest(&reply);
+        return Ok(());
+    }
+    if !status.is_client_error() {
+        return Err(format!("{target}: {status} {reply}"));
+    }
+    let shaped = reply["__type"]
+        .as_str()
+        .is_some_and(|kind| kind.contains('#'))
+        && reply["message"]
+            .as_str()
+            .is_some_and(|text| !text.is_empty())
+        && query_error.is_some_and(|header| header.ends_with(";Sender"));
+    if shaped {
+        Ok(())
+    } else {
+        Err(format!(
+            "{target}: {status} without the SQS error shape: {reply}"
+        ))
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn cases(default: u32) -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|cases| cases.parse().ok())
+        .unwrap_or(default)
+}
+
+#[test]
+fn inv6_any_json_parameters_to_any_action_get_success_or_an_sqs_client_error() {
+    let runtime = runtime();
+    let harness = runtime.block_on(harness());
+    let mut runner = TestRunner::new(Config {
+        cases: cases(2_000),
+        ..Config::default()
+    });
+    runner
+        .run(&action_and_request(), |(action, mut parameters)| {
+            let seed = parameters.to_string().len();
+            harness
+                .issued
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .substitute(&mut parameters, seed);
+            let body = serde_json::to_vec(&parameters).unwrap();
+            runtime
+                .block_on(check(&harness, &target(action), body))
+                .map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
+
+#[test]
+fn inv6_any_bytes_as_a_body_get_an_sqs_client_error_or_success() {
+    let runtime = runtime();
+    let harness = runtime.block_on(harness());
+    let mut runner = TestRunner::new(Config {
+        cases: cases(500),
+        ..Config::default()
+    });
+    let strategy = (
+        prop::sample::select(Action::ALL),
+        prop::collection::vec(any::<u8>(), 0..200),
+    );
+    runner
+        .run(&strategy, |(action, body)| {
+            runtime
+                .block_on(check(&harness, &target(action), body))
+                .map_err(TestCaseError::fail)
+        })
+        .unwrap();
+}
