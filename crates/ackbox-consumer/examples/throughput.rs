@@ -56,7 +56,6 @@ impl Inbox for NoClaim {
 
 async fn measure<I: Inbox<Database = Postgres>>(
     client: &aws_sdk_sqs::Client,
-    endpoint: &str,
     queue: &str,
     inbox: I,
     messages: usize,
@@ -71,7 +70,7 @@ async fn measure<I: Inbox<Database = Postgres>>(
         .queue_url
         .expect("a queue URL");
     fill_sqs(client, &url, messages).await;
-    let transport = SqsTransport::new(client.clone(), &url).with_ackbox_extensions(endpoint);
+    let transport = SqsTransport::new(client.clone(), &url).with_ackbox_extensions();
     consume(queue, transport, inbox, messages, concurrency).await
 }
 
@@ -105,7 +104,6 @@ async fn main() {
     for round in 0..rounds {
         let baseline = measure(
             &client,
-            &endpoint,
             &format!("tp-{stamp}-none-{round}"),
             NoClaim(inbox.clone()),
             messages,
@@ -114,7 +112,6 @@ async fn main() {
         .await;
         let claimed = measure(
             &client,
-            &endpoint,
             &format!("tp-{stamp}-inbox-{round}"),
             inbox.clone(),
             messages,

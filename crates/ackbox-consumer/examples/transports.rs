@@ -21,7 +21,6 @@ use ackbox_consumer::rabbitmq::{RabbitMqQueue, RabbitMqTransport};
 use common::{body, consume, fill_sqs, median, pg_inbox, sqs_client};
 
 struct Targets {
-    endpoint: String,
     amqp: String,
     nats: async_nats::Client,
     sqs: aws_sdk_sqs::Client,
@@ -39,7 +38,7 @@ impl Targets {
             .queue_url
             .expect("a queue URL");
         fill_sqs(&self.sqs, &url, messages).await;
-        SqsTransport::new(self.sqs.clone(), &url).with_ackbox_extensions(&self.endpoint)
+        SqsTransport::new(self.sqs.clone(), &url).with_ackbox_extensions()
     }
 
     async fn rabbitmq(&self, queue: &str, messages: usize, prefetch: u16) -> RabbitMqTransport {
@@ -122,7 +121,6 @@ async fn main() {
         nats: async_nats::connect(nats_url)
             .await
             .expect("NATS is reachable"),
-        endpoint,
         amqp,
     };
     let inbox = pg_inbox(&database, concurrency).await;

@@ -50,7 +50,7 @@
 //!     .endpoint_url(endpoint).build());
 //! let pool = sqlx::PgPool::connect("postgres://127.0.0.1/test").await?;
 //! let consumer = Consumer::builder("payments")
-//!     .transport(SqsTransport::new(sqs, format!("{endpoint}/000000000000/payments")).with_ackbox_extensions(endpoint))
+//!     .transport(SqsTransport::new(sqs, format!("{endpoint}/000000000000/payments")).with_ackbox_extensions())
 //!     .inbox(PgInbox::new(pool))
 //!     .effect_key(|message| message.json::<Payment>().map_or_else(|_| message.id.clone(), |p| p.payment_id))
 //!     .concurrency(16)

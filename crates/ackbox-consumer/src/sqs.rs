@@ -2,7 +2,8 @@
 //! against ackbox and against AWS.
 //!
 //! Against ackbox ([`SqsTransport::with_ackbox_extensions`]), failures are
-//! reported with `AckBox.NackMessage`: the reason travels with the message,
+//! reported with `AckBox.NackMessage` (through the SDK client, so signed like
+//! every other call): the reason travels with the message,
 //! and a permanent failure moves it to the dead-letter queue atomically.
 //! Against AWS, a retry is a `ChangeMessageVisibility`, and a permanent
 //! failure is a send of a copy to the dead-letter queue followed by a delete
@@ -21,11 +22,6 @@ use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
     QueueAttributeName, SendMessageBatchRequestEntry,
 };
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
@@ -43,7 +39,9 @@ const FAILURE_MESSAGE_ATTRIBUTE: &str = "ackbox.failure.message";
 pub struct SqsTransport {
     client: Client,
     queue_url: String,
-    ackbox: Option<AckBoxApi>,
+    /// Failures go through `AckBox.NackMessage` (ackbox) instead of plain
+    /// SQS calls (AWS).
+    ackbox_extensions: bool,
     /// The dead-letter queue's URL, from the queue's redrive policy.
     dead_letter_url: OnceCell<Option<String>>,
 }
@@ -54,28 +52,43 @@ impl SqsTransport {
         Self {
             client,
             queue_url: queue_url.into(),
-            ackbox: None,
+            ackbox_extensions: false,
             dead_letter_url: OnceCell::new(),
         }
     }
 
-    /// Uses ackbox's `AckBox.NackMessage` at `endpoint` (the same endpoint
-    /// the client talks to) for retries and dead-lettering.
-    pub fn with_ackbox_extensions(mut self, endpoint: &str) -> Self {
-        self.ackbox = Some(AckBoxApi::new(endpoint));
+    /// Uses ackbox's `AckBox.NackMessage` for retries and dead-lettering.
+    pub fn with_ackbox_extensions(mut self) -> Self {
+        self.ackbox_extensions = true;
         self
     }
 
-    async fn nack(
-        &self,
-        api: &AckBoxApi,
-        delivery: &Delivery,
-        request: Value,
-    ) -> Result<(), TransportError> {
+    /// `AckBox.NackMessage`, which no AWS SDK knows. It travels as a
+    /// ChangeMessageVisibility whose target and body are replaced before
+    /// signing, so it goes through the client's own endpoint, credentials
+    /// (SigV4), TLS settings and retries.
+    async fn nack(&self, delivery: &Delivery, request: Value) -> Result<(), TransportError> {
         let mut request = request;
         request["QueueUrl"] = json!(self.queue_url);
         request["ReceiptHandle"] = json!(delivery.token);
-        api.call("AckBox.NackMessage", &request).await.map(drop)
+        let payload = request.to_string();
+        self.client
+            .change_message_visibility()
+            .queue_url(&self.queue_url)
+            .receipt_handle(&delivery.token)
+            .visibility_timeout(0)
+            .customize()
+            .mutate_request(move |http| {
+                http.headers_mut()
+                    .insert("x-amz-target", "AckBox.NackMessage");
+                http.headers_mut()
+                    .insert("content-length", payload.len().to_string());
+                *http.body_mut() = aws_smithy_types::body::SdkBody::from(payload.clone());
+            })
+            .send()
+            .await
+            .map(drop)
+            .map_err(|error| TransportError::new("AckBox.NackMessage", describe(&error)))
     }
 
     async fn queue_attributes(
@@ -272,19 +285,17 @@ impl Transport for SqsTransport {
         delay: Duration,
         failure: &Failure,
     ) -> Result<(), TransportError> {
-        match &self.ackbox {
-            Some(api) => {
-                self.nack(
-                    api,
-                    delivery,
-                    json!({
-                        "DelaySeconds": seconds(delay),
-                        "Reason": { "Class": failure.class, "Message": failure.message },
-                    }),
-                )
-                .await
-            }
-            None => self.extend(delivery, delay).await,
+        if self.ackbox_extensions {
+            self.nack(
+                delivery,
+                json!({
+                    "DelaySeconds": seconds(delay),
+                    "Reason": { "Class": failure.class, "Message": failure.message },
+                }),
+            )
+            .await
+        } else {
+            self.extend(delivery, delay).await
         }
     }
 
@@ -293,10 +304,9 @@ impl Transport for SqsTransport {
         delivery: &Delivery,
         failure: &Failure,
     ) -> Result<(), TransportError> {
-        if let Some(api) = &self.ackbox {
+        if self.ackbox_extensions {
             return self
                 .nack(
-                    api,
                     delivery,
                     json!({
                         "Permanent": true,
@@ -501,54 +511,5 @@ impl Publisher for SqsPublisher {
             }
         }
         results
-    }
-}
-
-/// ackbox's `AckBox.*` actions, which no AWS SDK knows: plain AWS JSON 1.0
-/// requests to the broker's endpoint.
-#[derive(Debug, Clone)]
-struct AckBoxApi {
-    endpoint: String,
-    http: HttpClient<HttpConnector, Full<Bytes>>,
-}
-
-impl AckBoxApi {
-    fn new(endpoint: &str) -> Self {
-        Self {
-            endpoint: endpoint.trim_end_matches('/').to_owned(),
-            http: HttpClient::builder(TokioExecutor::new()).build_http(),
-        }
-    }
-
-    async fn call(&self, target: &str, body: &Value) -> Result<Value, TransportError> {
-        let request = hyper::Request::post(format!("{}/", self.endpoint))
-            .header("Content-Type", "application/x-amz-json-1.0")
-            .header("X-Amz-Target", target)
-            .body(Full::new(Bytes::from(body.to_string())))
-            .map_err(|error| TransportError::new("AckBox request", error))?;
-        let response = self
-            .http
-            .request(request)
-            .await
-            .map_err(|error| TransportError::new("AckBox request", describe(&error)))?;
-        let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|error| TransportError::new("AckBox response", error))?
-            .to_bytes();
-        let reply: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        if status.is_success() {
-            Ok(reply)
-        } else {
-            Err(TransportError::new(
-                "AckBox.NackMessage",
-                format!(
-                    "{status}: {}",
-                    reply["message"].as_str().unwrap_or("no message")
-                ),
-            ))
-        }
     }
 }

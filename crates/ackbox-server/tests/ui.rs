@@ -265,8 +265,16 @@ async fn in_a_real_browser_a_person_redrives_a_dead_letter_queue() {
         "{page}"
     );
     browser.click("form[action$='/redrive'] button").await;
-    assert!(browser.source().await.contains("Redrive started."));
+    // The click may return before the browser has followed the redirect.
     let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = browser.source().await;
+        if page.contains("Redrive started.") || page.contains(">COMPLETED<") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the redrive starts: {page}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     loop {
         // The page refreshes itself while a redrive runs; read it as it is.
         let page = browser.source().await;

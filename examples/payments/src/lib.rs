@@ -702,10 +702,8 @@ async fn run_on<A: AppDb>(app: A, config: Config) -> anyhow::Result<Report> {
         .retry_budget(5);
     let duplicate_rate = if config.faults { 0.1 } else { 0.0 };
     let unreliable = |queue: &str| {
-        UnreliableTransport::new(
-            SqsTransport::new(client.clone(), queue).with_ackbox_extensions(&endpoint),
-        )
-        .duplicating(duplicate_rate)
+        UnreliableTransport::new(SqsTransport::new(client.clone(), queue).with_ackbox_extensions())
+            .duplicating(duplicate_rate)
     };
     let payment_consumer = Arc::new(flaky_consumer(
         "payments",

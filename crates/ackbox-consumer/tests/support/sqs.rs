@@ -1,5 +1,6 @@
 //! ackbox over the SQS API: the queue `work` and its dead-letter queue
-//! `work-dlq` on a test server of its own.
+//! `work-dlq` on a test server of its own, which requires SigV4 — so every
+//! call of the consumer, `AckBox.NackMessage` included, must be signed.
 
 use ackbox_consumer::{SqsPublisher, SqsTransport, async_trait};
 use ackbox_testkit::server::TestServer;
@@ -88,8 +89,15 @@ impl Broker for SqsBroker {
     }
 
     async fn start(lease_seconds: u32, max_receive: u32) -> Self {
-        let server = TestServer::builder().start().await;
-        let client = server.client();
+        let server = TestServer::builder()
+            .credentials(
+                "[[keys]]\naccess_key_id = \"CONSUMER\"\n\
+                 secret_access_key = \"consumer-secret-0123456789\"\n\
+                 allow_queues = [\"*\"]\nallow_actions = [\"*\"]\n",
+            )
+            .start()
+            .await;
+        let client = server.client_with_key("CONSUMER", "consumer-secret-0123456789");
         let dlq_url = create(&client, "work-dlq", &[]).await;
         let dlq_arn = attribute(&client, &dlq_url, QueueAttributeName::QueueArn).await;
         let policy =
@@ -115,7 +123,7 @@ impl Broker for SqsBroker {
     }
 
     async fn transport(&self) -> SqsTransport {
-        SqsTransport::new(self.client.clone(), &self.url).with_ackbox_extensions(&self.server.url())
+        SqsTransport::new(self.client.clone(), &self.url).with_ackbox_extensions()
     }
 
     async fn publisher(&self) -> SqsPublisher {
