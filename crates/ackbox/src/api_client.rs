@@ -1,14 +1,19 @@
 //! A small AWS JSON 1.0 client for the CLI and the load generator.
 //!
 //! The CLI needs a handful of calls and the benchmark needs many cheap ones,
-//! so this speaks the protocol directly over a pooled HTTP/1.1 client instead
-//! of pulling the AWS SDK into the binary.
+//! so this speaks the protocol directly over a pooled HTTP/1.1 client (with
+//! TLS for `https://` endpoints, and SigV4 when given a key) instead of
+//! pulling the AWS SDK into the binary.
+
+use std::path::{Path, PathBuf};
 
 use ackbox_core::clock::{Clock, SystemClock};
 use ackbox_server::auth::sigv4::{SignableRequest, SigningParams, sign_headers};
+use anyhow::Context as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::http::{HeaderValue, Request, StatusCode, Uri};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -59,7 +64,7 @@ impl std::fmt::Debug for SigningKey {
 /// A JSON 1.0 client for one endpoint.
 #[derive(Debug, Clone)]
 pub(crate) struct ApiClient {
-    http: Client<HttpConnector, Full<Bytes>>,
+    http: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     endpoint: Uri,
     /// `host[:port]` of the endpoint, as sent (and signed) in `Host`.
     authority: String,
@@ -68,16 +73,28 @@ pub(crate) struct ApiClient {
 }
 
 impl ApiClient {
-    /// A client for `endpoint` (`http://host:port`), signing with `key` if given.
-    pub(crate) fn new(endpoint: &str, key: Option<SigningKey>) -> anyhow::Result<Self> {
+    /// A client for `endpoint` (`http://` or `https://host:port`), signing
+    /// with `key` if given; for HTTPS it trusts the system's certificate
+    /// authorities and `authority` (a PEM file), if given.
+    pub(crate) fn new(
+        endpoint: &str,
+        key: Option<SigningKey>,
+        authority: Option<&Path>,
+    ) -> anyhow::Result<Self> {
         let endpoint: Uri = endpoint
             .parse()
             .map_err(|error| anyhow::anyhow!("--endpoint {endpoint:?} is not a URL: {error}"))?;
-        if endpoint.scheme_str() != Some("http") {
-            anyhow::bail!("--endpoint must be an http:// URL; got {endpoint}");
+        if !matches!(endpoint.scheme_str(), Some("http" | "https")) {
+            anyhow::bail!("--endpoint must be an http:// or https:// URL; got {endpoint}");
         }
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
+        connector.enforce_http(false);
+        let connector = HttpsConnectorBuilder::new()
+            .with_tls_config(tls_config(authority)?)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let http = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(64)
             .build(connector);
@@ -174,6 +191,33 @@ impl ApiClient {
     }
 }
 
+/// TLS settings trusting the system's authorities and `authority`.
+fn tls_config(authority: Option<&Path>) -> anyhow::Result<rustls::ClientConfig> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+
+    let mut roots = rustls::RootCertStore::empty();
+    // Unreadable system certificates are skipped: `--ca-cert` may be all
+    // that is needed.
+    let (_, _) = roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    if let Some(path) = authority {
+        for certificate in CertificateDer::pem_file_iter(path)
+            .with_context(|| format!("reading --ca-cert {}", path.display()))?
+        {
+            let certificate =
+                certificate.with_context(|| format!("parsing --ca-cert {}", path.display()))?;
+            roots
+                .add(certificate)
+                .with_context(|| format!("trusting --ca-cert {}", path.display()))?;
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
+}
+
 /// The `X-Amz-Target` of `action`: SQS's namespace unless the action names
 /// its own (`AckBox.PeekMessages`).
 fn target(action: &str) -> String {
@@ -219,6 +263,10 @@ pub(crate) struct EndpointArgs {
     /// The region requests are signed for: the broker's `--region`.
     #[arg(long, env = "AWS_REGION", default_value = "us-east-1", global = true)]
     pub(crate) region: String,
+    /// A PEM certificate authority to trust, besides the system's, for an
+    /// `https://` endpoint.
+    #[arg(long, env = "ACKBOX_CA_CERT", global = true)]
+    pub(crate) ca_cert: Option<PathBuf>,
 }
 
 impl EndpointArgs {
@@ -232,7 +280,7 @@ impl EndpointArgs {
             }),
             _ => None,
         };
-        ApiClient::new(&self.endpoint, key)
+        ApiClient::new(&self.endpoint, key, self.ca_cert.as_deref())
     }
 }
 

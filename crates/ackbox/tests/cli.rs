@@ -528,3 +528,32 @@ fn dead_letter_queues_can_be_inspected_and_redriven_from_the_cli() {
     assert!(!not_a_dlq.status.success());
     assert!(String::from_utf8_lossy(&not_a_dlq.stderr).contains("Dead Letter Queue"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_speaks_https_to_a_broker_it_is_told_to_trust() {
+    const KEY: (&str, &str) = ("TLSCLI", "tls-cli-secret-0123456789");
+    let server = ackbox_testkit::server::TestServer::builder()
+        .tls()
+        .credentials(&credentials(KEY.0, KEY.1))
+        .start()
+        .await;
+    let endpoint = server.url();
+    let authority = server.data_dir().join("authority.pem");
+    std::fs::write(&authority, server.certificate_authority().unwrap()).unwrap();
+    let trusted = |args: &[&str]| {
+        let mut all = args.to_vec();
+        all.extend(["--ca-cert", authority.to_str().unwrap()]);
+        ackbox_signed(&endpoint, KEY, &all)
+    };
+    let url = ok_stdout(trusted(&["queue", "create", "tls-q"]));
+    assert!(url.trim().starts_with("https://"), "{url}");
+    ok_stdout(trusted(&["send", "tls-q", "over tls"]));
+    let received: Value =
+        serde_json::from_str(&ok_stdout(trusted(&["receive", "tls-q", "--json"]))).unwrap();
+    assert_eq!(received["Messages"][0]["Body"], "over tls");
+    let untrusted = ackbox_signed(&endpoint, KEY, &["queue", "list"]);
+    assert!(
+        !untrusted.status.success(),
+        "a certificate no trusted authority signed is refused"
+    );
+}
