@@ -80,21 +80,9 @@ fuzz_target!(|data: &[u8]| {
     };
     let broker = &*BROKER;
     let action = Action::ALL[usize::from(selector) % Action::ALL.len()];
-    let namespace = if matches!(
-        action,
-        Action::NackMessage
-            | Action::PeekMessages
-            | Action::ListMoveTaskHistory
-            | Action::SummarizeQueue
-            | Action::ResumeMessageMoveTask
-    ) {
-        "AckBox"
-    } else {
-        "AmazonSQS"
-    };
     let mut request = Request::post("/")
         .header("content-type", "application/x-amz-json-1.0")
-        .header("x-amz-target", format!("{namespace}.{}", action.name()));
+        .header("x-amz-target", action.target());
     // The high bit: a signed request, its headers before the first newline.
     let (router, body) = if selector & 0x80 == 0 {
         (&broker.open, rest)
@@ -128,7 +116,7 @@ fuzz_target!(|data: &[u8]| {
     });
     assert!(
         !status.is_server_error(),
-        "{namespace}.{} answered {status}",
-        action.name()
+        "{} answered {status}",
+        action.target()
     );
 });

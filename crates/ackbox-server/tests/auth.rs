@@ -377,24 +377,9 @@ async fn every_action_is_checked_against_every_queue_it_names() {
         .unwrap();
     let (id, secret) = ORDERS_ANY_ACTION;
     for &action in Action::ALL {
-        let target = format!(
-            "{}.{}",
-            if matches!(
-                action,
-                Action::NackMessage
-                    | Action::PeekMessages
-                    | Action::ListMoveTaskHistory
-                    | Action::SummarizeQueue
-                    | Action::ResumeMessageMoveTask
-            ) {
-                "AckBox"
-            } else {
-                "AmazonSQS"
-            },
-            action.name()
-        );
+        let target = action.target();
         let body = request_naming_payments(action, &url, &arn, &handle);
-        let reply = call_json_signed(&server.url(), &target, &body, id, secret).await;
+        let reply = call_json_signed(&server.url(), target, &body, id, secret).await;
         if action == Action::ListQueues {
             assert_eq!(reply.status, 200, "{target}");
             assert_eq!(
@@ -577,49 +562,32 @@ async fn the_dashboard_and_metrics_take_the_same_keys_and_permissions() {
     )
     .await;
     assert_eq!(page.status, 403);
-    let form = [
-        ("Authorization", orders_auth.as_str()),
-        ("Content-Type", "application/x-www-form-urlencoded"),
-    ];
-    let purge = call_raw(
-        &url,
-        "POST",
-        "/ui/queues/payments/purge",
-        &form,
-        b"confirm=payments",
-    )
-    .await;
+    let purge = |key: (&'static str, &'static str), queue: &'static str| {
+        let url = url.clone();
+        async move {
+            let authorization = basic(key);
+            let headers = [
+                ("Authorization", authorization.as_str()),
+                ("Content-Type", "application/x-www-form-urlencoded"),
+            ];
+            let path = format!("/ui/queues/{queue}/purge");
+            let body = format!("confirm={queue}");
+            call_raw(&url, "POST", &path, &headers, body.as_bytes())
+                .await
+                .status
+        }
+    };
     assert_eq!(
-        purge.status, 403,
+        purge(ORDERS_ANY_ACTION, "payments").await,
+        403,
         "a key cannot purge a queue outside its patterns"
     );
-    let only_orders_actions = basic(ORDERS);
-    let form = [
-        ("Authorization", only_orders_actions.as_str()),
-        ("Content-Type", "application/x-www-form-urlencoded"),
-    ];
-    let purge = call_raw(
-        &url,
-        "POST",
-        "/ui/queues/orders-eu/purge",
-        &form,
-        b"confirm=orders-eu",
-    )
-    .await;
-    assert_eq!(purge.status, 403, "a key without PurgeQueue cannot purge");
-    let admin_form = [
-        ("Authorization", admin_auth.as_str()),
-        ("Content-Type", "application/x-www-form-urlencoded"),
-    ];
-    let purge = call_raw(
-        &url,
-        "POST",
-        "/ui/queues/orders-eu/purge",
-        &admin_form,
-        b"confirm=orders-eu",
-    )
-    .await;
-    assert_eq!(purge.status, 303, "the admin may purge");
+    assert_eq!(
+        purge(ORDERS, "orders-eu").await,
+        403,
+        "a key without PurgeQueue cannot purge"
+    );
+    assert_eq!(purge(ADMIN, "orders-eu").await, 303, "the admin may purge");
 }
 
 #[tokio::test]

@@ -527,22 +527,6 @@ async fn harness() -> Harness {
     }
 }
 
-fn target(action: Action) -> String {
-    let namespace = if matches!(
-        action,
-        Action::NackMessage
-            | Action::PeekMessages
-            | Action::ListMoveTaskHistory
-            | Action::SummarizeQueue
-            | Action::ResumeMessageMoveTask
-    ) {
-        "AckBox"
-    } else {
-        "AmazonSQS"
-    };
-    format!("{namespace}.{}", action.name())
-}
-
 /// Sends one request; checks the answer's shape; the failure, if any.
 async fn check(harness: &Harness, target: &str, body: Vec<u8>) -> Result<(), String> {
     let router = &harness.router;
@@ -587,62 +571,62 @@ async fn check(harness: &Harness, target: &str, body: Vec<u8>) -> Result<(), Str
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
+/// Runs `cases` requests drawn from `strategy` against one broker; each
+/// case turns its value into an action and a body with `request`.
+fn every_answer_is_well_formed<S: Strategy>(
+    cases: u32,
+    strategy: S,
+    request: impl Fn(&Harness, S::Value) -> (Action, Vec<u8>),
+) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap()
-}
-
-fn cases(default: u32) -> u32 {
-    std::env::var("PROPTEST_CASES")
+        .unwrap();
+    let harness = runtime.block_on(harness());
+    let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|cases| cases.parse().ok())
-        .unwrap_or(default)
+        .unwrap_or(cases);
+    let mut runner = TestRunner::new(Config {
+        cases,
+        ..Config::default()
+    });
+    runner
+        .run(&strategy, |value| {
+            let (action, body) = request(&harness, value);
+            runtime
+                .block_on(check(&harness, action.target(), body))
+                .map_err(TestCaseError::fail)
+        })
+        .unwrap();
 }
 
 #[test]
 fn inv6_any_json_parameters_to_any_action_get_success_or_an_sqs_client_error() {
-    let runtime = runtime();
-    let harness = runtime.block_on(harness());
-    let mut runner = TestRunner::new(Config {
-        cases: cases(2_000),
-        ..Config::default()
-    });
-    runner
-        .run(&action_and_request(), |(action, mut parameters)| {
+    every_answer_is_well_formed(
+        2_000,
+        action_and_request(),
+        |harness, (action, mut parameters)| {
             let seed = parameters.to_string().len();
             harness
                 .issued
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .substitute(&mut parameters, seed);
-            let body = serde_json::to_vec(&parameters).unwrap();
-            runtime
-                .block_on(check(&harness, &target(action), body))
-                .map_err(TestCaseError::fail)
-        })
-        .unwrap();
+            (action, serde_json::to_vec(&parameters).unwrap())
+        },
+    );
 }
 
 #[test]
 fn inv6_any_bytes_as_a_body_get_an_sqs_client_error_or_success() {
-    let runtime = runtime();
-    let harness = runtime.block_on(harness());
-    let mut runner = TestRunner::new(Config {
-        cases: cases(500),
-        ..Config::default()
-    });
-    let strategy = (
-        prop::sample::select(Action::ALL),
-        prop::collection::vec(any::<u8>(), 0..200),
+    every_answer_is_well_formed(
+        500,
+        (
+            prop::sample::select(Action::ALL),
+            prop::collection::vec(any::<u8>(), 0..200),
+        ),
+        |_, (action, body)| (action, body),
     );
-    runner
-        .run(&strategy, |(action, body)| {
-            runtime
-                .block_on(check(&harness, &target(action), body))
-                .map_err(TestCaseError::fail)
-        })
-        .unwrap();
 }

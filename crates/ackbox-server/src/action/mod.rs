@@ -197,6 +197,13 @@ macro_rules! actions {
                 }
             }
 
+            /// The whole `X-Amz-Target` value, e.g. `AmazonSQS.SendMessage`.
+            pub fn target(self) -> &'static str {
+                match self {
+                    $(Self::$variant => concat!($namespace, ".", stringify!($variant)),)*
+                }
+            }
+
             /// The IAM-style permission the action needs: its own name, but
             /// for batches, which need the permission of their single form.
             pub fn permission(self) -> &'static str {
