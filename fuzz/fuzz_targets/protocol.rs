@@ -1,6 +1,7 @@
-//! The protocol layer on arbitrary input: any action (first byte), any
-//! headers of a signed request (optional), any body; the broker answers
-//! every request with success or a 4xx and never panics or fails (5xx).
+//! The protocol layer on arbitrary input: any action (first byte), in JSON
+//! 1.0 or the query protocol, any headers of a signed request (optional),
+//! any body; the broker answers every request with success or a 4xx and
+//! never panics or fails (5xx).
 //! One broker serves every input, so state builds up as in production.
 
 #![no_main]
@@ -79,10 +80,16 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let broker = &*BROKER;
-    let action = Action::ALL[usize::from(selector) % Action::ALL.len()];
-    let mut request = Request::post("/")
-        .header("content-type", "application/x-amz-json-1.0")
-        .header("x-amz-target", action.target());
+    let action = Action::ALL[usize::from(selector & 0x3f) % Action::ALL.len()];
+    // Bit 0x40: the query protocol, the body a form after `Action=<name>&`.
+    let query = selector & 0x40 != 0;
+    let mut request = if query {
+        Request::post("/").header("content-type", "application/x-www-form-urlencoded")
+    } else {
+        Request::post("/")
+            .header("content-type", "application/x-amz-json-1.0")
+            .header("x-amz-target", action.target())
+    };
     // The high bit: a signed request, its headers before the first newline.
     let (router, body) = if selector & 0x80 == 0 {
         (&broker.open, rest)
@@ -99,7 +106,12 @@ fuzz_target!(|data: &[u8]| {
         }
         (&broker.secured, body.get(1..).unwrap_or_default())
     };
-    let Ok(request) = request.body(Body::from(body.to_vec())) else {
+    let body = if query {
+        [format!("Action={}&", action.name()).as_bytes(), body].concat()
+    } else {
+        body.to_vec()
+    };
+    let Ok(request) = request.body(Body::from(body)) else {
         return;
     };
     let status = broker.runtime.block_on(async {

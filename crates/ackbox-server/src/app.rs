@@ -1,7 +1,7 @@
 //! The HTTP application: routes, request ids, body limits, authentication,
 //! protocol selection.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_engine::Engine;
@@ -9,7 +9,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -20,7 +20,8 @@ use crate::auth::sigv4::SignableRequest;
 use crate::auth::{Authenticator, BasicAuthFailure, Caller};
 use crate::error::{ApiError, REQUEST_ID_HEADER};
 use crate::limits::HttpLimits;
-use crate::protocol::json;
+use crate::protocol::query::Form;
+use crate::protocol::{Parameters, Protocol, json};
 
 /// Shared state of every request.
 #[derive(Debug, Clone)]
@@ -111,25 +112,23 @@ async fn basic_auth(State(state): State<AppState>, mut request: Request, next: N
 async fn api(State(state): State<AppState>, request: Request) -> Response {
     let request_id = uuid::Uuid::new_v4().to_string();
     let (parts, body) = request.into_parts();
-    let action = json::target(&parts.headers).and_then(str::parse::<Action>);
-    let action_name = action.as_ref().map_or("unknown", |action| action.name());
+    let protocol = Protocol::of(&parts.headers);
     let span = tracing::debug_span!(
         "request",
         %request_id,
-        action = %action_name,
+        action = tracing::field::Empty,
         queue = tracing::field::Empty,
         principal = tracing::field::Empty
     );
+    // Known once the body is read (query requests name it there); kept
+    // outside the request's future so a timed-out request is still counted
+    // under its action.
+    let action = OnceLock::new();
     let mut response = async {
-        // Query-protocol clients also use GET with the action in the query
-        // string; they get the same explanation in the XML shape they parse.
-        if parts.method != Method::POST || !json::is_json_request(&parts.headers) {
-            return query_protocol_not_supported();
-        }
         let started = std::time::Instant::now();
         let response = match tokio::time::timeout(
             state.limits.request_timeout,
-            respond(&state, &parts, body, action),
+            respond(&state, &parts, body, protocol, &request_id, &action),
         )
         .await
         {
@@ -142,8 +141,11 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
                     state.limits.request_timeout.as_secs()
                 ),
             ))
-            .into_response(),
+            .render(protocol, &request_id),
         };
+        let action_name = action
+            .get()
+            .map_or("unknown", |action: &Action| action.name());
         crate::telemetry::request_finished(action_name, response.status(), started.elapsed());
         let status = response.status();
         let outcome = crate::telemetry::outcome(status);
@@ -174,25 +176,29 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
     response
 }
 
-/// Reads the body within its limits, authenticates the caller and runs the action.
+/// Reads the body within its limits, authenticates the caller and runs the
+/// action, answering in the request's protocol.
 async fn respond(
     state: &AppState,
     parts: &Parts,
     body: Body,
-    action: Result<Action, SqsError>,
+    protocol: Protocol,
+    request_id: &str,
+    action_seen: &OnceLock<Action>,
 ) -> Response {
     let body = match read_body(&parts.headers, body, &state.limits).await {
         Ok(body) => body,
         Err(error) => {
             // The rest of the body is not read; the connection cannot carry
             // another request.
-            let mut response = ApiError::Sqs(error).into_response();
+            let mut response = ApiError::Sqs(error).render(protocol, request_id);
             response
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
             return response;
         }
     };
+    let base_url = base_url(&parts.headers, state.scheme, &state.fallback_base_url);
     let signable = SignableRequest {
         method: parts.method.as_str(),
         path: parts.uri.path(),
@@ -208,25 +214,45 @@ async fn respond(
             Ok(caller) => caller,
             Err(error) => {
                 crate::telemetry::auth_refused(error.code);
-                return ApiError::Sqs(error).into_response();
+                return ApiError::Sqs(error).render(protocol, request_id);
             }
         };
+    let parameters = match protocol {
+        Protocol::Json => Parameters::Json(body),
+        Protocol::Query => {
+            let mut form = Form::parse(parts.uri.query().unwrap_or_default(), &body);
+            // Query clients may post to the queue's URL instead of naming it.
+            if parts.uri.path() != "/" {
+                form.set_default("QueueUrl", format!("{base_url}{}", parts.uri.path()));
+            }
+            Parameters::Query(form)
+        }
+    };
+    let action = match &parameters {
+        Parameters::Json(_) => json::target(&parts.headers).and_then(str::parse::<Action>),
+        Parameters::Query(form) => form.action(),
+    };
+    if let Ok(action) = action {
+        let _ = action_seen.set(action);
+        tracing::Span::current().record("action", action.name());
+    }
     tracing::Span::current().record("principal", caller.principal());
     let sender_id = match &caller {
         Caller::Anonymous => state.engine.realm().account_id.clone(),
         Caller::Key(key) => key.access_key_id.clone(),
     };
     let context = RequestContext {
-        base_url: base_url(&parts.headers, state.scheme, &state.fallback_base_url),
+        base_url,
         sender_id,
         caller,
         engine: state.engine.clone(),
+        request_id: request_id.to_owned(),
     };
     let result = match action {
-        Ok(action) => action.run_json(&context, &body).await,
+        Ok(action) => action.run(&context, &parameters).await,
         Err(error) => Err(ApiError::Sqs(error)),
     };
-    result.unwrap_or_else(IntoResponse::into_response)
+    result.unwrap_or_else(|error| error.render(protocol, request_id))
 }
 
 /// The whole body, if it fits the cap and arrives in time. A declared
@@ -291,27 +317,4 @@ fn base_url(headers: &HeaderMap, scheme: &str, fallback: &str) -> String {
         .and_then(|host| host.to_str().ok())
         .filter(|host| !host.is_empty() && host.bytes().all(|byte| byte.is_ascii_graphic()))
         .map_or_else(|| fallback.to_owned(), |host| format!("{scheme}://{host}"))
-}
-
-/// The query protocol (form-encoded `Action=…`) is not served yet; say so in
-/// the XML error shape such clients parse.
-fn query_protocol_not_supported() -> Response {
-    let error = SqsError::new(
-        ErrorCode::UnknownOperation,
-        "This server speaks the AWS JSON 1.0 protocol only; configure the client for JSON \
-         (Content-Type: application/x-amz-json-1.0).",
-    );
-    let body = format!(
-        "<?xml version=\"1.0\"?><ErrorResponse xmlns=\"http://queue.amazonaws.com/doc/2012-11-05/\">\
-         <Error><Type>Sender</Type><Code>{}</Code><Message>{}</Message><Detail/></Error>\
-         <RequestId>{}</RequestId></ErrorResponse>",
-        error.code.query_code(),
-        error.message,
-        uuid::Uuid::new_v4()
-    );
-    let mut response = (StatusCode::BAD_REQUEST, body).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/xml"));
-    response
 }

@@ -1,8 +1,10 @@
 //! Every client-visible failure becomes one SQS error response, here.
 //!
-//! [`ApiError`] wraps what went wrong; its [`IntoResponse`] renders the AWS
-//! JSON 1.0 error shape: status, `x-amzn-RequestId`, `x-amzn-query-error:
-//! <QueryCode>;Sender` and `{"__type": "<namespace>#<Shape>", "message": …}`.
+//! [`ApiError`] wraps what went wrong; [`ApiError::render`] answers in the
+//! request's protocol. The AWS JSON 1.0 error shape is status,
+//! `x-amzn-RequestId`, `x-amzn-query-error: <QueryCode>;Sender` and
+//! `{"__type": "<namespace>#<Shape>", "message": …}`; the query protocol's is
+//! XML ([`crate::protocol::query`]).
 //! Internal failures are logged with their cause and answered with a generic
 //! `InternalError`, never with the cause itself.
 
@@ -12,6 +14,7 @@ use ackbox_engine::store::StoreError;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use crate::protocol::Protocol;
 use crate::protocol::json::CONTENT_TYPE;
 
 /// Header carrying the request id on every response.
@@ -55,9 +58,9 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let error = self.client_error();
+impl ApiError {
+    /// The error response in `protocol`'s shape, logged as its kind deserves.
+    pub fn render(self, protocol: Protocol, request_id: &str) -> Response {
         match &self {
             Self::Store(source) => {
                 tracing::error!(error = %source, cause = ?std::error::Error::source(source), "store failure");
@@ -69,7 +72,14 @@ impl IntoResponse for ApiError {
                 tracing::debug!(code = %sqs.code, message = %sqs.message, "request refused");
             }
         }
-        render_json_error(&error)
+        protocol.render_error(&self.client_error(), request_id)
+    }
+}
+
+/// JSON 1.0, whose errors carry their request id in a header only.
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.render(Protocol::Json, "")
     }
 }
 

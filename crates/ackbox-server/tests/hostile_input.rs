@@ -1,6 +1,7 @@
 //! Invariant 6, by property: whatever JSON a client sends as any action's
-//! parameters, and whatever bytes it sends as a body, the answer is a
-//! success or a 4xx in SQS's error shape — never a 5xx, never a panic. The
+//! parameters (as JSON 1.0 or flattened into a query-protocol form), and
+//! whatever bytes it sends as a body, the answer is a success or a 4xx in
+//! SQS's error shape — never a 5xx, never a panic. The
 //! broker keeps its state across cases, so later cases meet the queues,
 //! messages and tasks earlier ones made.
 
@@ -460,6 +461,10 @@ impl Issued {
             Value::Array(items) => items.iter().for_each(|item| self.harvest(item)),
             _ => {}
         }
+        self.keep_recent();
+    }
+
+    fn keep_recent(&mut self) {
         for pool in [&mut self.receipts, &mut self.tasks] {
             let excess = pool.len().saturating_sub(64);
             pool.drain(..excess);
@@ -488,6 +493,17 @@ impl Issued {
                 .for_each(|member| self.substitute(member, seed)),
             _ => {}
         }
+    }
+}
+
+impl Harness {
+    /// Puts handles the broker really issued where the case has placeholders.
+    fn substitute_handles(&self, parameters: &mut Value) {
+        let seed = parameters.to_string().len();
+        self.issued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .substitute(parameters, seed);
     }
 }
 
@@ -527,21 +543,41 @@ async fn harness() -> Harness {
     }
 }
 
+/// How a case's request travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    /// AWS JSON 1.0: the action in `X-Amz-Target`, the parameters as JSON.
+    Json,
+    /// The query protocol: `Action=…` and the parameters, form-encoded.
+    Query,
+}
+
 /// Sends one request; checks the answer's shape; the failure, if any.
-async fn check(harness: &Harness, target: &str, body: Vec<u8>) -> Result<(), String> {
-    let router = &harness.router;
-    let request = Request::post("/")
-        .header("content-type", "application/x-amz-json-1.0")
-        .header("x-amz-target", target)
-        .body(Body::from(body))
+async fn check(harness: &Harness, action: Action, wire: Wire, body: Vec<u8>) -> Result<(), String> {
+    let target = action.target();
+    let request = match wire {
+        Wire::Json => Request::post("/")
+            .header("content-type", "application/x-amz-json-1.0")
+            .header("x-amz-target", target),
+        Wire::Query => {
+            Request::post("/").header("content-type", "application/x-www-form-urlencoded")
+        }
+    };
+    let response = harness
+        .router
+        .clone()
+        .oneshot(request.body(Body::from(body)).unwrap())
+        .await
         .unwrap();
-    let response = router.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let query_error = response
         .headers()
         .get("x-amzn-query-error")
         .map(|value| value.to_str().unwrap_or_default().to_owned());
     let body = response.into_body().collect().await.unwrap().to_bytes();
+    if wire == Wire::Query {
+        return check_xml(harness, action, status, &String::from_utf8_lossy(&body));
+    }
     let reply: Value = serde_json::from_slice(&body)
         .map_err(|error| format!("{target}: {status} with a body that is not JSON ({error})"))?;
     if status == StatusCode::OK {
@@ -571,11 +607,134 @@ async fn check(harness: &Harness, target: &str, body: Vec<u8>) -> Result<(), Str
     }
 }
 
+/// A query-protocol answer: the action's response document, or an
+/// `ErrorResponse` from the sender's fault with a code and a message.
+fn check_xml(
+    harness: &Harness,
+    action: Action,
+    status: StatusCode,
+    xml: &str,
+) -> Result<(), String> {
+    let name = action.name();
+    if status == StatusCode::OK {
+        if !xml.starts_with(&format!("<?xml version=\"1.0\"?><{name}Response ")) {
+            return Err(format!("{name}: 200 without its response document: {xml}"));
+        }
+        let mut issued = harness
+            .issued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        issued.receipts.extend(elements(xml, "ReceiptHandle"));
+        issued.tasks.extend(elements(xml, "TaskHandle"));
+        issued.keep_recent();
+        return Ok(());
+    }
+    let shaped = status.is_client_error()
+        && xml.contains("<ErrorResponse ")
+        && elements(xml, "Type") == ["Sender"]
+        && elements(xml, "Code").iter().all(|code| !code.is_empty())
+        && !elements(xml, "Message").is_empty();
+    if shaped {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name}: {status} without the SQS error shape: {xml}"
+        ))
+    }
+}
+
+/// The text of every `<element>` in `xml`.
+fn elements(xml: &str, element: &str) -> Vec<String> {
+    let open = format!("<{element}>");
+    let close = format!("</{element}>");
+    xml.match_indices(&open)
+        .filter_map(|(start, _)| {
+            let text = &xml[start + open.len()..];
+            text.find(&close).map(|end| text[..end].to_owned())
+        })
+        .collect()
+}
+
+/// A JSON request as the query protocol carries it: lists and maps
+/// flattened under their query names (`AttributeName.1`,
+/// `Attribute.1.Name`/`Attribute.1.Value`, `SendMessageBatchRequestEntry.1.Id`).
+fn query_form(action: Action, parameters: &Value) -> Vec<u8> {
+    let mut form = form_urlencoded::Serializer::new(String::new());
+    form.append_pair("Action", action.name());
+    if let Value::Object(members) = parameters {
+        for (name, value) in members {
+            query_member(&mut form, action, "", name, value);
+        }
+    }
+    form.finish().into_bytes()
+}
+
+fn query_member(
+    form: &mut form_urlencoded::Serializer<'_, String>,
+    action: Action,
+    prefix: &str,
+    name: &str,
+    value: &Value,
+) {
+    let entries = format!("{}RequestEntry", action.name());
+    let (query_name, map_key) = match name {
+        "AttributeNames" => ("AttributeName", None),
+        "MessageAttributeNames" => ("MessageAttributeName", None),
+        "MessageSystemAttributeNames" => ("MessageSystemAttributeName", None),
+        "TagKeys" => ("TagKey", None),
+        "Entries" => (entries.as_str(), None),
+        "Attributes" => ("Attribute", Some("Name")),
+        "MessageAttributes" => ("MessageAttribute", Some("Name")),
+        "MessageSystemAttributes" => ("MessageSystemAttribute", Some("Name")),
+        "Tags" | "tags" => ("Tag", Some("Key")),
+        other => (other, None),
+    };
+    let path = format!("{prefix}{query_name}");
+    match (value, map_key) {
+        (Value::Object(map), Some(key)) => {
+            for (index, (map_name, map_value)) in map.iter().enumerate() {
+                let entry = format!("{path}.{}", index + 1);
+                form.append_pair(&format!("{entry}.{key}"), map_name);
+                query_value(form, action, &format!("{entry}.Value"), map_value);
+            }
+        }
+        _ => query_value(form, action, &path, value),
+    }
+}
+
+fn query_value(
+    form: &mut form_urlencoded::Serializer<'_, String>,
+    action: Action,
+    path: &str,
+    value: &Value,
+) {
+    match value {
+        Value::Null => {}
+        Value::String(text) => {
+            form.append_pair(path, text);
+        }
+        Value::Bool(_) | Value::Number(_) => {
+            form.append_pair(path, &value.to_string());
+        }
+        Value::Array(items) => {
+            for (index, item) in items.iter().enumerate() {
+                query_value(form, action, &format!("{path}.{}", index + 1), item);
+            }
+        }
+        Value::Object(members) => {
+            for (name, member) in members {
+                query_member(form, action, &format!("{path}."), name, member);
+            }
+        }
+    }
+}
+
 /// Runs `cases` requests drawn from `strategy` against one broker; each
 /// case turns its value into an action and a body with `request`.
 fn every_answer_is_well_formed<S: Strategy>(
     cases: u32,
     strategy: S,
+    wire: Wire,
     request: impl Fn(&Harness, S::Value) -> (Action, Vec<u8>),
 ) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -596,7 +755,7 @@ fn every_answer_is_well_formed<S: Strategy>(
         .run(&strategy, |value| {
             let (action, body) = request(&harness, value);
             runtime
-                .block_on(check(&harness, action.target(), body))
+                .block_on(check(&harness, action, wire, body))
                 .map_err(TestCaseError::fail)
         })
         .unwrap();
@@ -607,14 +766,23 @@ fn inv6_any_json_parameters_to_any_action_get_success_or_an_sqs_client_error() {
     every_answer_is_well_formed(
         2_000,
         action_and_request(),
+        Wire::Json,
         |harness, (action, mut parameters)| {
-            let seed = parameters.to_string().len();
-            harness
-                .issued
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .substitute(&mut parameters, seed);
+            harness.substitute_handles(&mut parameters);
             (action, serde_json::to_vec(&parameters).unwrap())
+        },
+    );
+}
+
+#[test]
+fn inv6_any_query_parameters_to_any_action_get_success_or_an_sqs_client_error() {
+    every_answer_is_well_formed(
+        1_000,
+        action_and_request(),
+        Wire::Query,
+        |harness, (action, mut parameters)| {
+            harness.substitute_handles(&mut parameters);
+            (action, query_form(action, &parameters))
         },
     );
 }
@@ -627,6 +795,7 @@ fn inv6_any_bytes_as_a_body_get_an_sqs_client_error_or_success() {
             prop::sample::select(Action::ALL),
             prop::collection::vec(any::<u8>(), 0..200),
         ),
+        Wire::Json,
         |_, (action, body)| (action, body),
     );
 }

@@ -1,6 +1,7 @@
-//! The JSON 1.0 wire contract, exercised through the router in-process
-//! (DESIGN invariant 6): exact error shapes and headers, malformed and hostile
-//! input answered with a 400 and a code, and a server that keeps serving.
+//! The wire contract of both protocols (JSON 1.0 and query), exercised
+//! through the router in-process (DESIGN invariant 6): exact error shapes and
+//! headers, malformed and hostile input answered with a 400 and a code, and a
+//! server that keeps serving.
 
 use std::sync::Arc;
 
@@ -206,7 +207,7 @@ async fn malformed_requests_get_a_code_not_a_crash() {
 }
 
 #[tokio::test]
-async fn missing_target_and_other_methods_are_refused() {
+async fn a_json_request_without_a_target_is_refused() {
     let harness = harness().await;
     let no_target = Request::post("/")
         .header("content-type", "application/x-amz-json-1.0")
@@ -218,33 +219,212 @@ async fn missing_target_and_other_methods_are_refused() {
         reply.json()["__type"],
         "com.amazon.coral.service#UnknownOperationException"
     );
-    let get = call_raw(
+}
+
+/// A query-protocol request: form-encoded parameters posted to `path`.
+async fn query(harness: &Harness, path: &str, form: &str) -> Reply {
+    let request = Request::post(path)
+        .header("host", "localhost")
+        .header(
+            "content-type",
+            "application/x-www-form-urlencoded; charset=utf-8",
+        )
+        .body(Body::from(form.to_owned()))
+        .unwrap();
+    call_raw(harness, request).await
+}
+
+/// The text of the first `<element>` in an XML reply.
+fn element<'a>(xml: &'a str, element: &str) -> Option<&'a str> {
+    let open = format!("<{element}>");
+    let start = xml.find(&open)? + open.len();
+    let length = xml[start..].find(&format!("</{element}>"))?;
+    Some(&xml[start..start + length])
+}
+
+#[tokio::test]
+async fn the_query_protocol_runs_a_message_through_its_whole_life() {
+    let harness = harness().await;
+    let created = query(
         &harness,
-        Request::get("/?Action=ListQueues")
-            .body(Body::empty())
-            .unwrap(),
+        "/",
+        "Action=CreateQueue&Version=2012-11-05&QueueName=orders\
+         &Attribute.1.Name=VisibilityTimeout&Attribute.1.Value=45&Tag.1.Key=team&Tag.1.Value=pay",
     )
     .await;
-    assert_eq!(get.status, StatusCode::BAD_REQUEST);
+    assert_eq!(created.status, StatusCode::OK);
+    assert_eq!(created.content_type.as_deref(), Some("text/xml"));
+    let body = String::from_utf8(created.body).unwrap();
     assert!(
-        String::from_utf8(get.body)
-            .unwrap()
-            .contains("<Code>InvalidAction</Code>")
+        body.starts_with(
+            "<?xml version=\"1.0\"?><CreateQueueResponse \
+             xmlns=\"http://queue.amazonaws.com/doc/2012-11-05/\"><CreateQueueResult>"
+        ),
+        "{body}"
+    );
+    let request_id = created.request_id.unwrap();
+    assert_eq!(element(&body, "RequestId"), Some(request_id.as_str()));
+    let url = element(&body, "QueueUrl").unwrap().to_owned();
+    assert_eq!(url, "http://localhost/000000000000/orders");
+
+    // Posted to the queue's URL, as query clients may, so no QueueUrl.
+    let sent = query(
+        &harness,
+        "/000000000000/orders",
+        "Action=SendMessage&MessageBody=a%3Cb%3E%20%26%0D%0Ac\
+         &MessageAttribute.1.Name=kind&MessageAttribute.1.Value.DataType=String\
+         &MessageAttribute.1.Value.StringValue=card",
+    )
+    .await;
+    assert_eq!(sent.status, StatusCode::OK);
+    let sent = String::from_utf8(sent.body).unwrap();
+    assert_eq!(
+        element(&sent, "MD5OfMessageBody"),
+        Some("d7e7175816cb8d5918b5fbfd6ad331bd"),
+        "the MD5 of `a<b> &\\r\\nc`: the form was decoded byte for byte"
+    );
+    assert!(element(&sent, "MD5OfMessageAttributes").is_some(), "{sent}");
+
+    let received = call_raw(
+        &harness,
+        Request::get(
+            "/?Action=ReceiveMessage&QueueUrl=http%3A%2F%2Flocalhost%2F000000000000%2Forders\
+             &AttributeName.1=ApproximateReceiveCount&MessageAttributeName.1=All",
+        )
+        .body(Body::empty())
+        .unwrap(),
+    )
+    .await;
+    assert_eq!(received.status, StatusCode::OK);
+    let received = String::from_utf8(received.body).unwrap();
+    assert_eq!(element(&received, "Body"), Some("a&lt;b&gt; &amp;&#xD;\nc"));
+    assert!(
+        received.contains(
+            "<Attribute><Name>ApproximateReceiveCount</Name><Value>1</Value></Attribute>"
+        ),
+        "{received}"
+    );
+    assert!(
+        received.contains(
+            "<MessageAttribute><Name>kind</Name><Value><DataType>String</DataType>\
+             <StringValue>card</StringValue></Value></MessageAttribute>"
+        ),
+        "{received}"
+    );
+    let handle = element(&received, "ReceiptHandle").unwrap();
+    let deleted = query(
+        &harness,
+        "/",
+        &format!(
+            "Action=DeleteMessageBatch&QueueUrl={url}\
+             &DeleteMessageBatchRequestEntry.1.Id=gone&DeleteMessageBatchRequestEntry.1.ReceiptHandle={}\
+             &DeleteMessageBatchRequestEntry.2.Id=bad&DeleteMessageBatchRequestEntry.2.ReceiptHandle=nope",
+            percent_encode(handle)
+        ),
+    )
+    .await;
+    let deleted = String::from_utf8(deleted.body).unwrap();
+    assert!(
+        deleted.contains(
+            "<DeleteMessageBatchResultEntry><Id>gone</Id></DeleteMessageBatchResultEntry>"
+        ),
+        "{deleted}"
+    );
+    assert!(
+        deleted.contains("<Id>bad</Id><Message>")
+            && deleted.contains("<SenderFault>true</SenderFault>"),
+        "{deleted}"
+    );
+    let attributes = query(
+        &harness,
+        "/",
+        &format!(
+            "Action=GetQueueAttributes&QueueUrl={url}&AttributeName.1=VisibilityTimeout\
+             &AttributeName.2=ApproximateNumberOfMessages&AttributeName.3=ApproximateNumberOfMessagesNotVisible"
+        ),
+    )
+    .await;
+    let attributes = String::from_utf8(attributes.body).unwrap();
+    for (name, value) in [
+        ("VisibilityTimeout", "45"),
+        ("ApproximateNumberOfMessages", "0"),
+        ("ApproximateNumberOfMessagesNotVisible", "0"),
+    ] {
+        assert!(
+            attributes.contains(&format!(
+                "<Attribute><Name>{name}</Name><Value>{value}</Value></Attribute>"
+            )),
+            "{name}: {attributes}"
+        );
+    }
+    let tags = query(&harness, "/000000000000/orders", "Action=ListQueueTags").await;
+    let tags = String::from_utf8(tags.body).unwrap();
+    assert!(
+        tags.contains("<Tag><Key>team</Key><Value>pay</Value></Tag>"),
+        "{tags}"
+    );
+    let purged = query(&harness, "/000000000000/orders", "Action=PurgeQueue").await;
+    assert_eq!(purged.status, StatusCode::OK);
+    let purged = String::from_utf8(purged.body).unwrap();
+    assert!(
+        purged.contains("<PurgeQueueResponse") && !purged.contains("PurgeQueueResult"),
+        "actions without output answer with metadata only: {purged}"
     );
 }
 
 #[tokio::test]
-async fn query_protocol_requests_get_an_xml_error_that_says_why() {
+async fn query_errors_are_xml_with_query_codes_that_name_the_field() {
     let harness = harness().await;
-    let request = Request::post("/")
-        .header("content-type", "application/x-www-form-urlencoded")
-        .body(Body::from("Action=ListQueues&Version=2012-11-05"))
-        .unwrap();
-    let reply = call_raw(&harness, request).await;
-    assert_eq!(reply.status, StatusCode::BAD_REQUEST);
-    let body = String::from_utf8(reply.body).unwrap();
-    assert!(body.contains("<Code>InvalidAction</Code>"), "{body}");
-    assert!(body.contains("JSON 1.0"), "{body}");
+    let cases = [
+        (
+            "Action=GetQueueUrl&QueueName=nope",
+            "AWS.SimpleQueueService.NonExistentQueue",
+            "The specified queue does not exist for this wsdl version.",
+        ),
+        (
+            "Action=Explode",
+            "InvalidAction",
+            "The action Explode is not valid for this web service.",
+        ),
+        (
+            "Version=2012-11-05",
+            "MissingParameter",
+            "The request must contain the parameter Action.",
+        ),
+        (
+            "Action=CreateQueue",
+            "MissingParameter",
+            "The request must contain the parameter QueueName.",
+        ),
+        (
+            "Action=ReceiveMessage&QueueUrl=q&MaxNumberOfMessages=ten",
+            "InvalidParameterValue",
+            "Value for parameter MaxNumberOfMessages is invalid. Reason: \"ten\" is not a number.",
+        ),
+        (
+            "Action=CreateQueue&QueueName=x&Attribute.1.Value=30",
+            "MissingParameter",
+            "The request must contain the parameter Attribute.1.Name.",
+        ),
+    ];
+    for (form, code, message) in cases {
+        let reply = query(&harness, "/", form).await;
+        assert_eq!(reply.status, StatusCode::BAD_REQUEST, "{form}");
+        assert_eq!(reply.content_type.as_deref(), Some("text/xml"), "{form}");
+        let body = String::from_utf8(reply.body).unwrap();
+        assert_eq!(element(&body, "Type"), Some("Sender"), "{form}: {body}");
+        assert_eq!(element(&body, "Code"), Some(code), "{form}: {body}");
+        assert_eq!(element(&body, "Message"), Some(message), "{form}: {body}");
+        assert_eq!(
+            element(&body, "RequestId"),
+            reply.request_id.as_deref(),
+            "{form}"
+        );
+    }
+}
+
+fn percent_encode(text: &str) -> String {
+    form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
 #[tokio::test]

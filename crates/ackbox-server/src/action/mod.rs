@@ -2,7 +2,7 @@
 //! and a `handle` that turns the request into engine calls.
 //!
 //! The shapes are protocol-neutral serde types; the JSON protocol decodes them
-//! directly, and the query protocol will decode into the same types.
+//! directly, and the query protocol decodes its forms into the same types.
 //!
 //! Authorization happens here, in one place, before any handler runs: every
 //! request type names the queues it touches ([`Resources`]), and
@@ -19,7 +19,7 @@ use axum::response::Response;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::protocol::json::{parse, respond};
+use crate::protocol::Parameters;
 
 pub mod batch;
 pub mod cancel_message_move_task;
@@ -61,6 +61,8 @@ pub struct RequestContext {
     pub sender_id: String,
     /// Who is calling, and what they may do.
     pub caller: Caller,
+    /// The id the response carries (`x-amzn-RequestId`, and `RequestId` in XML).
+    pub request_id: String,
 }
 
 /// Something a request acts on, as the request names it.
@@ -212,14 +214,16 @@ macro_rules! actions {
                 }
             }
 
-            /// Decodes `body` as this action's request, checks the caller
-            /// may run it on what it names, runs it and encodes the response.
-            pub async fn run_json(self, context: &RequestContext, body: &[u8]) -> Result<Response, ApiError> {
+            /// Decodes the parameters as this action's request, checks the
+            /// caller may run it on what it names, runs it and encodes the
+            /// response in the request's protocol.
+            pub async fn run(self, context: &RequestContext, parameters: &Parameters) -> Result<Response, ApiError> {
                 match self {
                     $(Self::$variant => {
-                        let request = parse::<$module::Request>(body)?;
+                        let request = parameters.decode::<$module::Request>(self)?;
                         context.authorize(self.permission(), &request.resources()).await?;
-                        Ok(respond(&$module::handle(context, request).await?))
+                        let response = $module::handle(context, request).await?;
+                        Ok(parameters.encode(self, &response, &context.request_id))
                     })*
                 }
             }

@@ -54,14 +54,8 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         let path = error.path().to_string();
         let inner = error.into_inner();
         let message = inner.to_string();
-        let sqs = if let Some(field) = missing_field(&message) {
-            SqsError::missing_parameter(field)
-        } else if inner.is_data() {
-            let reason = message.split(" at line").next().unwrap_or(&message);
-            SqsError::invalid_value(format!(
-                "Value for parameter {path} is invalid. Reason: {}.",
-                reason.trim_end_matches('.')
-            ))
+        let sqs = if inner.is_data() {
+            super::field_error(&path, &message)
         } else {
             SqsError::new(
                 ErrorCode::SerializationException,
@@ -70,11 +64,6 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         };
         ApiError::Sqs(sqs)
     })
-}
-
-fn missing_field(message: &str) -> Option<&str> {
-    let rest = message.strip_prefix("missing field `")?;
-    rest.split('`').next()
 }
 
 /// Encodes a successful response.

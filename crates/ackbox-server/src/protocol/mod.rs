@@ -1,5 +1,98 @@
 //! Wire protocols. A request is routed on its `Content-Type` and
-//! `X-Amz-Target` so that another protocol (the query protocol) can be added
-//! beside JSON 1.0 without touching the engine or the actions.
+//! `X-Amz-Target`: AWS JSON 1.0, or the query protocol every other request
+//! speaks. Both decode into the same action request types and answer with
+//! the same engine, so the two cannot disagree on what a request means.
+
+use ackbox_core::error::SqsError;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use bytes::Bytes;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::action::Action;
+use crate::error::ApiError;
 
 pub mod json;
+pub mod query;
+
+/// The protocol a request speaks; its response and errors answer in kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// AWS JSON 1.0.
+    Json,
+    /// The AWS query protocol (form-encoded, XML responses).
+    Query,
+}
+
+impl Protocol {
+    /// JSON 1.0 by content type or target header; any other request is a
+    /// query-protocol one, as AWS treats it.
+    pub fn of(headers: &HeaderMap) -> Self {
+        if json::is_json_request(headers) {
+            Self::Json
+        } else {
+            Self::Query
+        }
+    }
+
+    /// The error response a client of this protocol parses.
+    pub fn render_error(self, error: &SqsError, request_id: &str) -> Response {
+        match self {
+            Self::Json => crate::error::render_json_error(error),
+            Self::Query => query::render_error(error, request_id),
+        }
+    }
+}
+
+/// A request's parameters, as its protocol carries them.
+#[derive(Debug, Clone)]
+pub enum Parameters {
+    /// A JSON 1.0 body.
+    Json(Bytes),
+    /// A query-protocol form.
+    Query(query::Form),
+}
+
+impl Parameters {
+    /// The protocol the parameters came in.
+    pub fn protocol(&self) -> Protocol {
+        match self {
+            Self::Json(_) => Protocol::Json,
+            Self::Query(_) => Protocol::Query,
+        }
+    }
+
+    /// Decodes the parameters as `action`'s request, naming the field at fault.
+    pub fn decode<T: DeserializeOwned>(&self, action: Action) -> Result<T, ApiError> {
+        match self {
+            Self::Json(body) => json::parse(body),
+            Self::Query(form) => form.decode(action),
+        }
+    }
+
+    /// Encodes `action`'s successful response.
+    pub fn encode<T: Serialize>(&self, action: Action, response: &T, request_id: &str) -> Response {
+        match self {
+            Self::Json(_) => json::respond(response),
+            Self::Query(_) => query::respond(action, response, request_id),
+        }
+    }
+}
+
+/// The error for a parameter that failed to decode into its field at
+/// `path`: a missing member is `MissingParameter`, anything else
+/// `InvalidParameterValue`, both naming the field.
+pub(crate) fn field_error(path: &str, message: &str) -> SqsError {
+    if let Some(field) = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next())
+    {
+        return SqsError::missing_parameter(field);
+    }
+    let reason = message.split(" at line").next().unwrap_or(message);
+    SqsError::invalid_value(format!(
+        "Value for parameter {path} is invalid. Reason: {}.",
+        reason.trim_end_matches('.')
+    ))
+}
