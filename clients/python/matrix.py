@@ -1,0 +1,407 @@
+"""Real Python AWS clients against a running ackbox (the client matrix).
+
+    python matrix.py boto3 | botocore-query | awscli
+
+The endpoint comes from ACKBOX_ENDPOINT, the key from ACKBOX_ACCESS_KEY_ID and
+ACKBOX_SECRET_ACCESS_KEY. `botocore-query` loads the query-protocol model of
+SQS found under ACKBOX_QUERY_MODEL (clients/setup.sh extracts it from the last
+botocore release that spoke query) into the current botocore, so the very
+same calls go out form-encoded and come back as XML.
+Every step checks what it got; the first wrong answer exits non-zero with the
+step's name. Prints one `ok` line per step.
+"""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import boto3
+import botocore.session
+from botocore.exceptions import ClientError
+
+ENDPOINT = os.environ["ACKBOX_ENDPOINT"]
+REGION = "us-east-1"
+CREDENTIALS = {
+    "aws_access_key_id": os.environ.get("ACKBOX_ACCESS_KEY_ID", "matrix"),
+    "aws_secret_access_key": os.environ.get("ACKBOX_SECRET_ACCESS_KEY", "matrix-secret-access-key"),
+}
+NON_EXISTENT_QUEUE = "AWS.SimpleQueueService.NonExistentQueue"
+
+
+def step(name, condition, got=None):
+    if not condition:
+        sys.exit(f"FAILED {name}: got {got!r}")
+    print(f"ok {name}")
+
+
+def md5(text):
+    return hashlib.md5(text.encode()).hexdigest()
+
+
+def sdk_client(protocol):
+    session = botocore.session.get_session()
+    if protocol == "query":
+        session.get_component("data_loader").search_paths.insert(
+            0, os.environ["ACKBOX_QUERY_MODEL"]
+        )
+    client = boto3.session.Session(botocore_session=session).client(
+        "sqs", endpoint_url=ENDPOINT, region_name=REGION, **CREDENTIALS
+    )
+    step(
+        f"{protocol}: the client speaks {protocol}",
+        client.meta.service_model.protocol == protocol,
+        client.meta.service_model.protocol,
+    )
+    return client
+
+
+def receive_all(sqs, url, count, **options):
+    """Receives until `count` messages have arrived (or 10 tries)."""
+    messages = []
+    for _ in range(10):
+        reply = sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, **options
+        )
+        messages.extend(reply.get("Messages", []))
+        if len(messages) >= count:
+            break
+    return messages
+
+
+def sdk_scenario(sqs, tag):
+    name = f"matrix-{tag}-{uuid.uuid4().hex[:8]}"
+
+    # Create: a dead-letter queue, and a queue that gives up after one receive.
+    dlq = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    step("create: ARN of the dead-letter queue", dlq_arn.endswith(f":{name}-dlq"), dlq_arn)
+    url = sqs.create_queue(
+        QueueName=name,
+        Attributes={
+            "VisibilityTimeout": "30",
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1}
+            ),
+        },
+        tags={"team": "matrix"},
+    )["QueueUrl"]
+    step("create: queue URL", url.endswith(f"/{name}"), url)
+    tags = sqs.list_queue_tags(QueueUrl=url).get("Tags")
+    step("create: tags", tags == {"team": "matrix"}, tags)
+
+    # Send with attributes of every type; receive them back.
+    body = "héllo <&> \r\n \"quoted\""
+    sent = sqs.send_message(
+        QueueUrl=url,
+        MessageBody=body,
+        MessageAttributes={
+            "kind": {"DataType": "String", "StringValue": "card"},
+            "amount": {"DataType": "Number", "StringValue": "42"},
+            "blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xff"},
+        },
+    )
+    step("send: MD5 of the body", sent["MD5OfMessageBody"] == md5(body), sent)
+    step("send: MD5 of the attributes", len(sent.get("MD5OfMessageAttributes", "")) == 32, sent)
+    messages = receive_all(
+        sqs, url, 1, MessageAttributeNames=["All"], AttributeNames=["All"]
+    )
+    step("receive: one message", len(messages) == 1, messages)
+    message = messages[0]
+    step("receive: the body, byte for byte", message["Body"] == body, message["Body"])
+    step("receive: MD5 of the body", message["MD5OfBody"] == md5(body), message)
+    attributes = message["MessageAttributes"]
+    step("receive: string attribute", attributes["kind"]["StringValue"] == "card", attributes)
+    step("receive: number attribute", attributes["amount"]["StringValue"] == "42", attributes)
+    step(
+        "receive: binary attribute",
+        attributes["blob"]["BinaryValue"] == b"\x00\x01\xff",
+        attributes,
+    )
+    step(
+        "receive: system attributes",
+        message["Attributes"]["ApproximateReceiveCount"] == "1"
+        and message["Attributes"]["SenderId"] != "",
+        message["Attributes"],
+    )
+
+    # Change visibility: back at once; the second receive exceeds
+    # maxReceiveCount, so the message goes to the dead-letter queue.
+    sqs.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+    )
+    again = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=0).get("Messages", [])
+    step("dead-letter: the source no longer delivers it", again == [], again)
+    dead = receive_all(sqs, dlq, 1, MessageAttributeNames=["All"])
+    step(
+        "dead-letter: the message arrived with its attributes",
+        len(dead) == 1
+        and dead[0]["Body"] == body
+        and dead[0]["MessageAttributes"]["kind"]["StringValue"] == "card",
+        dead,
+    )
+    sources = sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"]
+    step("dead-letter: its source queue is listed", sources == [url], sources)
+    sqs.delete_message(QueueUrl=dlq, ReceiptHandle=dead[0]["ReceiptHandle"])
+
+    # Batches.
+    entries = [{"Id": f"e{i}", "MessageBody": f"batch {i}"} for i in range(5)]
+    batch = sqs.send_message_batch(QueueUrl=url, Entries=entries)
+    step(
+        "batch: five sent",
+        sorted(entry["Id"] for entry in batch["Successful"]) == [f"e{i}" for i in range(5)]
+        and not batch.get("Failed"),
+        batch,
+    )
+    messages = receive_all(sqs, url, 5)
+    step(
+        "batch: five received",
+        sorted(message["Body"] for message in messages) == [f"batch {i}" for i in range(5)],
+        messages,
+    )
+    changed = sqs.change_message_visibility_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "good", "ReceiptHandle": messages[0]["ReceiptHandle"], "VisibilityTimeout": 60},
+            {"Id": "forged", "ReceiptHandle": "forged-handle", "VisibilityTimeout": 60},
+        ],
+    )
+    step(
+        "batch: a forged handle fails alone",
+        [entry["Id"] for entry in changed["Successful"]] == ["good"]
+        and [(entry["Id"], entry["Code"], entry["SenderFault"]) for entry in changed["Failed"]]
+        == [("forged", "ReceiptHandleIsInvalid", True)],
+        changed,
+    )
+    deleted = sqs.delete_message_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": str(i), "ReceiptHandle": message["ReceiptHandle"]}
+            for i, message in enumerate(messages)
+        ],
+    )
+    step(
+        "batch: five deleted",
+        len(deleted["Successful"]) == 5 and not deleted.get("Failed"),
+        deleted,
+    )
+    depth = sqs.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    step(
+        "batch: the queue is empty",
+        depth == {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"},
+        depth,
+    )
+
+    # Errors arrive as the client's exceptions, with SQS's codes.
+    try:
+        sqs.get_queue_url(QueueName=f"{name}-missing")
+        step("errors: a missing queue is refused", False)
+    except ClientError as error:
+        code = error.response["Error"]["Code"]
+        step("errors: a missing queue is refused", code == NON_EXISTENT_QUEUE, error.response)
+
+    # FIFO: order within a group, and deduplication.
+    fifo = sqs.create_queue(
+        QueueName=f"{name}.fifo", Attributes={"FifoQueue": "true"}
+    )["QueueUrl"]
+    ids = []
+    for body, dedup in [("first", "a"), ("second", "b"), ("first again", "a"), ("third", "c")]:
+        ids.append(
+            sqs.send_message(
+                QueueUrl=fifo,
+                MessageBody=body,
+                MessageGroupId="order-1",
+                MessageDeduplicationId=dedup,
+            )["MessageId"]
+        )
+    step("fifo: a duplicate gets the first send's id", ids[2] == ids[0], ids)
+    messages = receive_all(sqs, fifo, 3, AttributeNames=["All"])
+    step(
+        "fifo: one group, in order, deduplicated",
+        [message["Body"] for message in messages] == ["first", "second", "third"],
+        [message["Body"] for message in messages],
+    )
+    sequence = [int(message["Attributes"]["SequenceNumber"]) for message in messages]
+    step("fifo: sequence numbers increase", sequence == sorted(sequence), sequence)
+    step(
+        "fifo: group id returned",
+        all(message["Attributes"]["MessageGroupId"] == "order-1" for message in messages),
+        messages,
+    )
+
+    for queue in (fifo, url, dlq):
+        sqs.delete_queue(QueueUrl=queue)
+    remaining = sqs.list_queues(QueueNamePrefix=name).get("QueueUrls", [])
+    step("delete: the queues are gone", remaining == [], remaining)
+
+
+def aws(*args):
+    """Runs the `aws` command of this environment; returns its parsed JSON output."""
+    command = [os.path.join(os.path.dirname(sys.executable), "aws"), "--endpoint-url", ENDPOINT]
+    environment = dict(
+        os.environ,
+        AWS_ACCESS_KEY_ID=CREDENTIALS["aws_access_key_id"],
+        AWS_SECRET_ACCESS_KEY=CREDENTIALS["aws_secret_access_key"],
+        AWS_DEFAULT_REGION=REGION,
+        AWS_CONFIG_FILE="/dev/null",
+        AWS_SHARED_CREDENTIALS_FILE="/dev/null",
+    )
+    done = subprocess.run(
+        command + ["sqs", *args, "--output", "json"],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=60,
+    )
+    if done.returncode != 0:
+        return {"error": done.stderr.strip(), "returncode": done.returncode}
+    return json.loads(done.stdout) if done.stdout.strip() else {}
+
+
+def awscli_scenario():
+    name = f"matrix-cli-{uuid.uuid4().hex[:8]}"
+    dlq = aws("create-queue", "--queue-name", f"{name}-dlq")["QueueUrl"]
+    dlq_arn = aws(
+        "get-queue-attributes", "--queue-url", dlq, "--attribute-names", "QueueArn"
+    )["Attributes"]["QueueArn"]
+    redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 1})
+    url = aws(
+        "create-queue",
+        "--queue-name",
+        name,
+        "--attributes",
+        json.dumps({"RedrivePolicy": redrive}),
+    )["QueueUrl"]
+    step("create-queue", url.endswith(f"/{name}"), url)
+    sent = aws(
+        "send-message",
+        "--queue-url",
+        url,
+        "--message-body",
+        "from the cli",
+        "--message-attributes",
+        json.dumps({"kind": {"DataType": "String", "StringValue": "card"}}),
+    )
+    step("send-message", sent.get("MD5OfMessageBody") == md5("from the cli"), sent)
+    received = aws(
+        "receive-message",
+        "--queue-url",
+        url,
+        "--message-attribute-names",
+        "All",
+        "--attribute-names",
+        "All",
+        "--wait-time-seconds",
+        "1",
+    )
+    messages = received.get("Messages", [])
+    step(
+        "receive-message",
+        len(messages) == 1
+        and messages[0]["Body"] == "from the cli"
+        and messages[0]["MessageAttributes"]["kind"]["StringValue"] == "card",
+        received,
+    )
+    handle = messages[0]["ReceiptHandle"]
+    changed = aws(
+        "change-message-visibility",
+        "--queue-url",
+        url,
+        "--receipt-handle",
+        handle,
+        "--visibility-timeout",
+        "0",
+    )
+    step("change-message-visibility", changed == {}, changed)
+    again = aws("receive-message", "--queue-url", url)
+    step("dead-letter: gone from the source", again.get("Messages", []) == [], again)
+    dead = aws("receive-message", "--queue-url", dlq, "--wait-time-seconds", "1")
+    dead_messages = dead.get("Messages", [])
+    step(
+        "dead-letter: in the dead-letter queue",
+        [message["Body"] for message in dead_messages] == ["from the cli"],
+        dead,
+    )
+    deleted = aws(
+        "delete-message", "--queue-url", dlq, "--receipt-handle", dead_messages[0]["ReceiptHandle"]
+    )
+    step("delete-message", deleted == {}, deleted)
+    batch = aws(
+        "send-message-batch",
+        "--queue-url",
+        url,
+        "--entries",
+        json.dumps([{"Id": f"e{i}", "MessageBody": f"batch {i}"} for i in range(3)]),
+    )
+    step("send-message-batch", len(batch.get("Successful", [])) == 3, batch)
+    attributes = aws(
+        "get-queue-attributes",
+        "--queue-url",
+        url,
+        "--attribute-names",
+        "ApproximateNumberOfMessages",
+    )
+    step(
+        "get-queue-attributes",
+        attributes.get("Attributes", {}).get("ApproximateNumberOfMessages") == "3",
+        attributes,
+    )
+    missing = aws("get-queue-url", "--queue-name", f"{name}-missing")
+    step(
+        "errors: a missing queue is refused",
+        missing.get("returncode", 0) != 0 and NON_EXISTENT_QUEUE in missing.get("error", ""),
+        missing,
+    )
+    fifo = aws(
+        "create-queue",
+        "--queue-name",
+        f"{name}.fifo",
+        "--attributes",
+        json.dumps({"FifoQueue": "true", "ContentBasedDeduplication": "true"}),
+    )["QueueUrl"]
+    for body in ["one", "two", "one"]:
+        aws(
+            "send-message",
+            "--queue-url",
+            fifo,
+            "--message-body",
+            body,
+            "--message-group-id",
+            "g",
+        )
+    fifo_messages = aws(
+        "receive-message", "--queue-url", fifo, "--max-number-of-messages", "10"
+    ).get("Messages", [])
+    step(
+        "fifo: in order, deduplicated by content",
+        [message["Body"] for message in fifo_messages] == ["one", "two"],
+        fifo_messages,
+    )
+    for queue in (fifo, url, dlq):
+        step(f"delete-queue {queue}", aws("delete-queue", "--queue-url", queue) == {})
+
+
+def main():
+    client = sys.argv[1] if len(sys.argv) > 1 else ""
+    started = time.monotonic()
+    if client == "boto3":
+        sdk_scenario(sdk_client("json"), "boto3")
+    elif client == "botocore-query":
+        sdk_scenario(sdk_client("query"), "query")
+    elif client == "awscli":
+        awscli_scenario()
+    else:
+        sys.exit("usage: matrix.py boto3 | botocore-query | awscli")
+    print(f"passed: {client} (botocore {botocore.__version__}) in {time.monotonic() - started:.1f}s")
+
+
+if __name__ == "__main__":
+    main()
