@@ -39,12 +39,13 @@ enum Command {
     Dlq(cmd::dlq::Args),
     /// Move dead-lettered messages back: start, status, cancel.
     Redrive(cmd::redrive::Args),
-    /// Load-test a broker over the SQS HTTP API.
+    /// Load-test ackbox, alone or side by side with RabbitMQ, NATS and PostgreSQL.
     Bench(cmd::bench::Args),
 }
 
-fn init_tracing(format: LogFormat) {
-    let filter = EnvFilter::try_from_env("ACKBOX_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+fn init_tracing(format: LogFormat, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_env("ACKBOX_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
@@ -56,7 +57,14 @@ fn init_tracing(format: LogFormat) {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.log_format);
+    // The server reports what it does; a client command's output is its
+    // answer, which library chatter (connection events) would only bury.
+    let default_level = if matches!(cli.command, Command::Serve(_)) {
+        "info"
+    } else {
+        "warn"
+    };
+    init_tracing(cli.log_format, default_level);
     match run(cli.command) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
