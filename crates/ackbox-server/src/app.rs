@@ -249,7 +249,7 @@ async fn respond(
         request_id: request_id.to_owned(),
     };
     let result = match action {
-        Ok(action) => action.run(&context, &parameters).await,
+        Ok(action) => action.run(&context, parameters).await,
         Err(error) => Err(ApiError::Sqs(error)),
     };
     result.unwrap_or_else(|error| error.render(protocol, request_id))

@@ -217,13 +217,14 @@ macro_rules! actions {
             /// Decodes the parameters as this action's request, checks the
             /// caller may run it on what it names, runs it and encodes the
             /// response in the request's protocol.
-            pub async fn run(self, context: &RequestContext, parameters: &Parameters) -> Result<Response, ApiError> {
+            pub async fn run(self, context: &RequestContext, parameters: Parameters) -> Result<Response, ApiError> {
+                let protocol = parameters.protocol();
                 match self {
                     $(Self::$variant => {
                         let request = parameters.decode::<$module::Request>(self)?;
                         context.authorize(self.permission(), &request.resources()).await?;
                         let response = $module::handle(context, request).await?;
-                        Ok(parameters.encode(self, &response, &context.request_id))
+                        Ok(protocol.encode(self, &response, &context.request_id))
                     })*
                 }
             }

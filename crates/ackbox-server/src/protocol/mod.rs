@@ -36,6 +36,14 @@ impl Protocol {
         }
     }
 
+    /// Encodes `action`'s successful response.
+    pub fn encode<T: Serialize>(self, action: Action, response: &T, request_id: &str) -> Response {
+        match self {
+            Self::Json => json::respond(response),
+            Self::Query => query::respond(action, response, request_id),
+        }
+    }
+
     /// The error response a client of this protocol parses.
     pub fn render_error(self, error: &SqsError, request_id: &str) -> Response {
         match self {
@@ -64,18 +72,10 @@ impl Parameters {
     }
 
     /// Decodes the parameters as `action`'s request, naming the field at fault.
-    pub fn decode<T: DeserializeOwned>(&self, action: Action) -> Result<T, ApiError> {
+    pub fn decode<T: DeserializeOwned>(self, action: Action) -> Result<T, ApiError> {
         match self {
-            Self::Json(body) => json::parse(body),
+            Self::Json(body) => json::parse(&body),
             Self::Query(form) => form.decode(action),
-        }
-    }
-
-    /// Encodes `action`'s successful response.
-    pub fn encode<T: Serialize>(&self, action: Action, response: &T, request_id: &str) -> Response {
-        match self {
-            Self::Json(_) => json::respond(response),
-            Self::Query(_) => query::respond(action, response, request_id),
         }
     }
 }

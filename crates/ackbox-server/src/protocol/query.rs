@@ -122,8 +122,8 @@ impl Form {
     }
 
     /// Decodes the form as `action`'s request, naming the field at fault.
-    pub fn decode<T: DeserializeOwned>(&self, action: Action) -> Result<T, ApiError> {
-        let tree = Node::Struct(structure(action, self.clone(), "")?);
+    pub fn decode<T: DeserializeOwned>(self, action: Action) -> Result<T, ApiError> {
+        let tree = Node::Struct(structure(action, self, "")?);
         serde_path_to_error::deserialize(tree).map_err(|error| {
             let path = error.path().to_string();
             let message = error.into_inner().to_string();
@@ -141,54 +141,57 @@ enum Node {
 }
 
 fn structure(action: Action, form: Form, path: &str) -> Result<Vec<(String, Node)>, SqsError> {
-    let entries = format!("{}RequestEntry", action.name());
     let mut members = Vec::with_capacity(form.members.len());
     for (name, member) in form.members {
-        let member_path = format!("{path}{name}");
         let lower_case_tags = name == "Tag" && action == Action::CreateQueue;
         if let Some((_, json, key)) = MAPS
             .iter()
             .find(|(query, json, _)| *query == name && (*json == "tags") == lower_case_tags)
         {
+            let member_path = format!("{path}{name}");
             let mut map = Vec::with_capacity(member.members.len());
             for (index, mut entry) in indexed(member, &member_path)? {
-                let entry_path = format!("{member_path}.{index}.");
                 let key = entry
                     .members
                     .remove(*key)
                     .and_then(|key| key.text)
-                    .ok_or_else(|| SqsError::missing_parameter(&format!("{entry_path}{key}")))?;
-                let value = entry
-                    .members
-                    .remove("Value")
-                    .ok_or_else(|| SqsError::missing_parameter(&format!("{entry_path}Value")))?;
-                map.push((key, node(action, value, &format!("{entry_path}Value."))?));
+                    .ok_or_else(|| {
+                        SqsError::missing_parameter(&format!("{member_path}.{index}.{key}"))
+                    })?;
+                let value = entry.members.remove("Value").ok_or_else(|| {
+                    SqsError::missing_parameter(&format!("{member_path}.{index}.Value"))
+                })?;
+                let value = node(action, value, || format!("{member_path}.{index}.Value."))?;
+                map.push((key, value));
             }
             members.push(((*json).to_owned(), Node::Struct(map)));
         } else if let Some(json) = REQUEST_LISTS
             .iter()
             .find(|(query, _)| *query == name)
             .map(|(_, json)| *json)
-            .or((name == entries).then_some("Entries"))
+            .or((name.strip_suffix("RequestEntry") == Some(action.name())).then_some("Entries"))
         {
+            let member_path = format!("{path}{name}");
             let items = indexed(member, &member_path)?
                 .into_iter()
-                .map(|(index, item)| node(action, item, &format!("{member_path}.{index}.")))
+                .map(|(index, item)| node(action, item, || format!("{member_path}.{index}.")))
                 .collect::<Result<_, _>>()?;
             members.push((json.to_owned(), Node::List(items)));
         } else {
-            let value = node(action, member, &format!("{member_path}."))?;
+            let value = node(action, member, || format!("{path}{name}."))?;
             members.push((name, value));
         }
     }
     Ok(members)
 }
 
-fn node(action: Action, form: Form, path: &str) -> Result<Node, SqsError> {
+/// A text leaf, or a structure; `path` (only needed for the latter, to
+/// name a parameter at fault) is built only then.
+fn node(action: Action, form: Form, path: impl FnOnce() -> String) -> Result<Node, SqsError> {
     if form.members.is_empty() {
         Ok(Node::Text(form.text.unwrap_or_default()))
     } else {
-        structure(action, form, path).map(Node::Struct)
+        structure(action, form, &path()).map(Node::Struct)
     }
 }
 
