@@ -1,9 +1,9 @@
-//! A PostgreSQL queue table as a benchmark target, the way job queues on
-//! PostgreSQL work (River, PGMQ, Oban): a batch is one INSERT; a receive
-//! leases up to 10 rows with `FOR UPDATE SKIP LOCKED`, and their delete is a
-//! second statement, as ackbox's receive and delete are two requests. Every
-//! statement commits with `synchronous_commit` on (the server's default),
-//! so an acknowledged insert is on disk, as ackbox's are.
+//! A PostgreSQL queue table as a benchmark target, in the common `SKIP
+//! LOCKED` shape: a batch is one INSERT; a receive deletes up to 10 rows
+//! with `FOR UPDATE SKIP LOCKED` and returns them, in the transaction that
+//! would process them (empty here, so one statement). Every statement
+//! commits with `synchronous_commit` on (the server's default), so an
+//! acknowledged insert is on disk, as ackbox's are.
 
 use std::time::{Duration, Instant};
 
@@ -37,8 +37,7 @@ impl PostgresTarget {
         sqlx::query(AssertSqlSafe(format!(
             "CREATE TABLE {table} (
                  id bigserial PRIMARY KEY,
-                 body bytea NOT NULL,
-                 leased_until timestamptz
+                 body bytea NOT NULL
              )"
         )))
         .execute(&pool)
@@ -69,17 +68,11 @@ impl Target for PostgresTarget {
         let table = &self.table;
         Ok(PostgresConsumer {
             pool: self.pool.clone(),
-            lease: format!(
-                "UPDATE {table} SET leased_until = now() + interval '60 seconds'
-                 WHERE id IN (
-                     SELECT id FROM {table}
-                     WHERE leased_until IS NULL OR leased_until < now()
-                     ORDER BY id
-                     FOR UPDATE SKIP LOCKED
-                     LIMIT 10)
-                 RETURNING id, body"
+            take: format!(
+                "DELETE FROM {table}
+                 WHERE id IN (SELECT id FROM {table} ORDER BY id FOR UPDATE SKIP LOCKED LIMIT 10)
+                 RETURNING body"
             ),
-            delete: format!("DELETE FROM {table} WHERE id = ANY($1)"),
         })
     }
 
@@ -110,12 +103,11 @@ impl Producer for PostgresProducer {
     }
 }
 
-/// Leases up to 10 rows, then deletes them.
+/// Takes up to 10 rows.
 #[derive(Debug)]
 pub(super) struct PostgresConsumer {
     pool: PgPool,
-    lease: String,
-    delete: String,
+    take: String,
 }
 
 /// How often an empty queue is polled (PostgreSQL queues without
@@ -126,19 +118,11 @@ impl Consumer for PostgresConsumer {
     async fn receive(&mut self, wait: Duration) -> anyhow::Result<Vec<Bytes>> {
         let deadline = Instant::now() + wait;
         loop {
-            let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(AssertSqlSafe(self.lease.as_str()))
+            let bodies: Vec<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(self.take.as_str()))
                 .fetch_all(&self.pool)
                 .await?;
-            if !rows.is_empty() {
-                let ids: Vec<i64> = rows.iter().map(|(id, _)| *id).collect();
-                sqlx::query(AssertSqlSafe(self.delete.as_str()))
-                    .bind(ids)
-                    .execute(&self.pool)
-                    .await?;
-                return Ok(rows
-                    .into_iter()
-                    .map(|(_, body)| Bytes::from(body))
-                    .collect());
+            if !bodies.is_empty() {
+                return Ok(bodies.into_iter().map(Bytes::from).collect());
             }
             if Instant::now() >= deadline {
                 return Ok(Vec::new());
