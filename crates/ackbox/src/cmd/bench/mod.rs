@@ -827,7 +827,9 @@ fn summarize(reports: &[Report], target: &str) -> Summary {
 
 fn durability(kind: TargetKind) -> &'static str {
     match kind {
-        TargetKind::Ackbox => "fsync (group commit) before the acknowledgement",
+        TargetKind::Ackbox => {
+            "as the server's --durability: fsync (group commit) before the acknowledgement by default"
+        }
         TargetKind::Rabbitmq => rabbitmq::DURABILITY,
         TargetKind::Nats => nats::DURABILITY,
         TargetKind::Postgres => postgres::DURABILITY,
