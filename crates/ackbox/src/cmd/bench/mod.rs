@@ -590,22 +590,7 @@ async fn produce<T: Target>(
             histogram
         }));
     }
-    let mut histogram = new_histogram();
-    for task in tasks {
-        histogram.add(task.await?)?;
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    bar.finish_and_clear();
-    let messages = sent.load(Ordering::Relaxed);
-    Ok(report(
-        "W1",
-        messages,
-        seconds,
-        &histogram,
-        None,
-        cpu.per_message(messages)?,
-        &errors,
-    ))
+    finish_throughput("W1", tasks, started, &sent, &bar, &cpu, &errors).await
 }
 
 async fn consume<T: Target>(
@@ -644,21 +629,35 @@ async fn consume<T: Target>(
             histogram
         }));
     }
+    finish_throughput("W2", tasks, started, &consumed, &bar, &cpu, &errors).await
+}
+
+/// Waits for a throughput workload's workers, merges their latency
+/// histograms and reports the messages `done` counted since `started`.
+async fn finish_throughput(
+    workload: &'static str,
+    workers: Vec<tokio::task::JoinHandle<Histogram<u64>>>,
+    started: Instant,
+    done: &AtomicU64,
+    bar: &ProgressBar,
+    cpu: &CpuMeter,
+    errors: &Errors,
+) -> anyhow::Result<Report> {
     let mut histogram = new_histogram();
-    for task in tasks {
-        histogram.add(task.await?)?;
+    for worker in workers {
+        histogram.add(worker.await?)?;
     }
     let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    let messages = consumed.load(Ordering::Relaxed);
+    let messages = done.load(Ordering::Relaxed);
     Ok(report(
-        "W2",
+        workload,
         messages,
         seconds,
         &histogram,
         None,
         cpu.per_message(messages)?,
-        &errors,
+        errors,
     ))
 }
 
