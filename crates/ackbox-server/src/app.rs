@@ -217,20 +217,20 @@ async fn respond(
                 return ApiError::Sqs(error).render(protocol, request_id);
             }
         };
-    let parameters = match protocol {
-        Protocol::Json => Parameters::Json(body),
+    let (parameters, action) = match protocol {
+        Protocol::Json => {
+            let action = json::target(&parts.headers).and_then(str::parse::<Action>);
+            (Parameters::Json(body), action)
+        }
         Protocol::Query => {
             let mut form = Form::parse(parts.uri.query().unwrap_or_default(), &body);
             // Query clients may post to the queue's URL instead of naming it.
             if parts.uri.path() != "/" {
                 form.set_default("QueueUrl", format!("{base_url}{}", parts.uri.path()));
             }
-            Parameters::Query(form)
+            let action = form.action();
+            (Parameters::Query(form), action)
         }
-    };
-    let action = match &parameters {
-        Parameters::Json(_) => json::target(&parts.headers).and_then(str::parse::<Action>),
-        Parameters::Query(form) => form.action(),
     };
     if let Ok(action) = action {
         let _ = action_seen.set(action);

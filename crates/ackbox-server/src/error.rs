@@ -11,7 +11,7 @@
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_engine::EngineError;
 use ackbox_engine::store::StoreError;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::protocol::Protocol;
@@ -56,9 +56,7 @@ impl ApiError {
             Self::Store(_) => SqsError::internal(),
         }
     }
-}
 
-impl ApiError {
     /// The error response in `protocol`'s shape, logged as its kind deserves.
     pub fn render(self, protocol: Protocol, request_id: &str) -> Response {
         match &self {
@@ -86,16 +84,12 @@ impl IntoResponse for ApiError {
 /// The JSON 1.0 rendering of an SQS error.
 pub fn render_json_error(error: &SqsError) -> Response {
     let code = error.code;
-    let status = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    let status = crate::protocol::error_status(code);
     let body = serde_json::json!({
         "__type": format!("{}#{}", code.shape_namespace(), code.shape_name()),
         "message": error.message,
     });
-    let fault = if code.is_sender_fault() {
-        "Sender"
-    } else {
-        "Receiver"
-    };
+    let fault = crate::protocol::error_fault(code);
     let mut response = (status, body.to_string()).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));

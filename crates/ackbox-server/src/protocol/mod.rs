@@ -3,8 +3,8 @@
 //! speaks. Both decode into the same action request types and answer with
 //! the same engine, so the two cannot disagree on what a request means.
 
-use ackbox_core::error::SqsError;
-use axum::http::HeaderMap;
+use ackbox_core::error::{ErrorCode, SqsError};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use serde::Serialize;
@@ -77,6 +77,21 @@ impl Parameters {
             Self::Json(body) => json::parse(&body),
             Self::Query(form) => form.decode(action),
         }
+    }
+}
+
+/// The HTTP status of an error, in either protocol.
+pub(crate) fn error_status(code: ErrorCode) -> StatusCode {
+    StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::BAD_REQUEST)
+}
+
+/// Whose fault an error is, as both protocols name it (`x-amzn-query-error`
+/// in JSON, `<Type>` in XML).
+pub(crate) fn error_fault(code: ErrorCode) -> &'static str {
+    if code.is_sender_fault() {
+        "Sender"
+    } else {
+        "Receiver"
     }
 }
 

@@ -364,17 +364,15 @@ fn has_result(action: Action) -> bool {
 
 /// The query rendering of an SQS error.
 pub fn render_error(error: &SqsError, request_id: &str) -> Response {
-    let status = StatusCode::from_u16(error.code.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
-    xml_response(status, error_document(error, request_id))
+    xml_response(
+        super::error_status(error.code),
+        error_document(error, request_id),
+    )
 }
 
 fn error_document(error: &SqsError, request_id: &str) -> String {
     let code = error.code;
-    let fault = if code.is_sender_fault() {
-        "Sender"
-    } else {
-        "Receiver"
-    };
+    let fault = super::error_fault(code);
     // The query protocol's text for a missing queue, as SQS words it.
     let message = if code == ErrorCode::QueueDoesNotExist {
         "The specified queue does not exist for this wsdl version."
