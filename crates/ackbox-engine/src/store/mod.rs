@@ -15,6 +15,7 @@ use ackbox_core::clock::Timestamp;
 use ackbox_core::message::MessageAttributes;
 use async_trait::async_trait;
 
+pub mod postgres;
 pub mod sqlite;
 
 /// Why a store operation failed, and whether retrying can help.
@@ -35,6 +36,15 @@ pub enum StoreError {
         /// The database's error.
         #[source]
         source: rusqlite::Error,
+    },
+    /// PostgreSQL reported a failure; the operation was not applied.
+    #[error("PostgreSQL operation {operation} failed")]
+    Postgres {
+        /// The operation that failed.
+        operation: &'static str,
+        /// The driver's error.
+        #[source]
+        source: sqlx::Error,
     },
     /// Stored data could not be decoded; this needs a person.
     #[error("stored data is corrupt: {detail}")]
@@ -64,6 +74,21 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, Self::Unavailable { .. })
     }
+}
+
+/// A stored JSON column (attributes, tags, attempt leases).
+pub(crate) fn to_json<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("maps of strings and tuples of integers always serialize")
+}
+
+/// Decodes a stored JSON column; `what` names it in the corruption report.
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: &str,
+) -> Result<T, StoreError> {
+    serde_json::from_str(text).map_err(|error| StoreError::Corrupt {
+        detail: format!("{what}: {error}"),
+    })
 }
 
 /// A queue as the store keeps it.
@@ -691,4 +716,27 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn fifo_window_expire(&self, before: Timestamp) -> Result<u64, StoreError>;
     /// Flushes pending writes and stops background work. Idempotent.
     async fn close(&self) -> Result<(), StoreError>;
+    /// What other broker nodes sharing this store change, for a store that
+    /// can be shared; `None` for a store only this process uses.
+    fn events(&self) -> Option<tokio::sync::broadcast::Receiver<StoreEvent>> {
+        None
+    }
+}
+
+/// A change another broker node made to a shared store, which this node's
+/// caches and long pollers must hear about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreEvent {
+    /// Messages of this queue may have become receivable.
+    MessagesAvailable {
+        /// The queue.
+        queue_id: i64,
+    },
+    /// This queue was created, changed or deleted.
+    QueueChanged {
+        /// Its name.
+        name: String,
+    },
+    /// Events may have been lost (the store reconnected): reload everything.
+    Missed,
 }

@@ -14,10 +14,11 @@ use ackbox_core::limits::MAX_RECEIVE_MESSAGES;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::mutation::{
-    MESSAGE_COLUMNS, Met, ReceivePass, database_error, decode_attributes, from_json, message_row,
+    MESSAGE_COLUMNS, Met, ReceivePass, database_error, decode_attributes, message_row,
 };
 use crate::store::{
     Deduplication, MessageReceiveParams, ReceiveAttempt, ReceiveOutcome, StoreError, StoredMessage,
+    from_json,
 };
 
 /// Whether a queue is FIFO; `None` when it does not exist.

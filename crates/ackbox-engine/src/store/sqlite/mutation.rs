@@ -16,7 +16,7 @@ use crate::store::{
     MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome,
     MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
     QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueUpdateParams, ReceiveOutcome,
-    StoreError, StoredMessage,
+    StoreError, StoredMessage, from_json, to_json,
 };
 
 /// Most messages one receive expires or dead-letters; later receives and the
@@ -27,19 +27,6 @@ pub(crate) fn database_error(
     operation: &'static str,
 ) -> impl FnOnce(rusqlite::Error) -> StoreError {
     move |source| StoreError::Database { operation, source }
-}
-
-fn to_json<T: serde::Serialize>(value: &T) -> String {
-    serde_json::to_string(value).expect("maps of strings always serialize")
-}
-
-pub(crate) fn from_json<T: serde::de::DeserializeOwned>(
-    text: &str,
-    what: &str,
-) -> Result<T, StoreError> {
-    serde_json::from_str(text).map_err(|error| StoreError::Corrupt {
-        detail: format!("{what}: {error}"),
-    })
 }
 
 pub(crate) const QUEUE_COLUMNS: &str = "id, name, attributes, tags, created_at, last_modified_at";

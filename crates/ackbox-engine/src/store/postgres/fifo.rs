@@ -1,0 +1,489 @@
+//! FIFO queues on PostgreSQL: message groups, the deduplication window and
+//! receive attempts, with the same rules as the embedded store (see
+//! `store/sqlite/fifo.rs` for the argument). Every function here runs with
+//! the queue's advisory lock held ([`lock_queue`]), so the group rows are
+//! derived from the messages one transaction at a time across all nodes.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use ackbox_core::limits::MAX_RECEIVE_MESSAGES;
+use sqlx::PgConnection;
+
+use super::mutation::{
+    Met, ReceivePass, message_columns, message_from_row, postgres_error, queue_kind,
+};
+use crate::store::{
+    DeleteOutcome, InsertedMessage, MessageDeleteParams, MessageInsertParams, MessageReceiveParams,
+    ReceiveAttempt, ReceiveOutcome, StoreError, StoredMessage, from_json, to_json,
+};
+
+/// Serializes every FIFO mutation of one queue, across nodes, until the
+/// transaction ends. Taking it twice in one transaction is harmless.
+pub(super) async fn lock_queue(
+    connection: &mut PgConnection,
+    queue_id: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1)")
+        .bind(queue_id)
+        .execute(connection)
+        .await
+        .map(drop)
+        .map_err(postgres_error("fifo: lock queue"))
+}
+
+/// Recomputes a group's row from its messages (see the embedded store).
+pub(super) async fn refresh_group(
+    connection: &mut PgConnection,
+    queue_id: i64,
+    group_id: &str,
+) -> Result<(), StoreError> {
+    let front: Vec<(i64, i64, i64)> = sqlx::query_as(
+        "SELECT seq, visible_at, receive_count FROM messages
+         WHERE queue_id = $1 AND group_id = $2 ORDER BY seq LIMIT $3",
+    )
+    .bind(queue_id)
+    .bind(group_id)
+    .bind(i64::from(MAX_RECEIVE_MESSAGES))
+    .fetch_all(&mut *connection)
+    .await
+    .map_err(postgres_error("fifo group: front"))?;
+    let Some(&(head_seq, head_visible_at, _)) = front.first() else {
+        return sqlx::query("DELETE FROM fifo_groups WHERE queue_id = $1 AND group_id = $2")
+            .bind(queue_id)
+            .bind(group_id)
+            .execute(connection)
+            .await
+            .map(drop)
+            .map_err(postgres_error("fifo group: drop"));
+    };
+    let available_at = front
+        .iter()
+        .filter(|(_, _, receive_count)| *receive_count > 0)
+        .map(|(_, visible_at, _)| *visible_at)
+        .fold(head_visible_at, i64::max);
+    sqlx::query(
+        "INSERT INTO fifo_groups (queue_id, group_id, available_at, head_seq)
+         VALUES ($1, $2, $3, $4)
+         ON CONFLICT (queue_id, group_id)
+         DO UPDATE SET available_at = excluded.available_at, head_seq = excluded.head_seq",
+    )
+    .bind(queue_id)
+    .bind(group_id)
+    .bind(available_at)
+    .bind(head_seq)
+    .execute(connection)
+    .await
+    .map(drop)
+    .map_err(postgres_error("fifo group: store"))
+}
+
+/// Groups whose messages a mutation changed.
+#[derive(Debug, Default)]
+pub(super) struct TouchedGroups(BTreeSet<(i64, String)>);
+
+impl TouchedGroups {
+    pub(super) fn touch(&mut self, queue_id: i64, group_id: Option<&str>) {
+        if let Some(group_id) = group_id {
+            self.0.insert((queue_id, group_id.to_owned()));
+        }
+    }
+
+    /// Brings the rows of the touched groups of FIFO queues up to date,
+    /// under each queue's lock.
+    pub(super) async fn refresh(self, connection: &mut PgConnection) -> Result<(), StoreError> {
+        let mut fifo_queues = HashMap::new();
+        for (queue_id, group_id) in self.0 {
+            let fifo = match fifo_queues.get(&queue_id) {
+                Some(&fifo) => fifo,
+                None => {
+                    let fifo = queue_kind(connection, queue_id).await?.unwrap_or(false);
+                    if fifo {
+                        lock_queue(connection, queue_id).await?;
+                    }
+                    fifo_queues.insert(queue_id, fifo);
+                    fifo
+                }
+            };
+            if fifo {
+                refresh_group(connection, queue_id, &group_id).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A FIFO send: duplicates within the window answer the first send's ids;
+/// the others join the tail of their group.
+pub(super) async fn insert_batch(
+    connection: &mut PgConnection,
+    params: &MessageInsertParams,
+) -> Result<Vec<InsertedMessage>, StoreError> {
+    lock_queue(connection, params.queue_id).await?;
+    let mut inserted = Vec::with_capacity(params.messages.len());
+    for message in &params.messages {
+        if let Some(deduplication) = &message.deduplication {
+            let remembered: Option<(i64, String)> = sqlx::query_as(
+                "SELECT seq, message_id FROM fifo_dedup
+                 WHERE queue_id = $1 AND scope = $2 AND dedup_id = $3 AND sent_at > $4",
+            )
+            .bind(params.queue_id)
+            .bind(&deduplication.scope)
+            .bind(&deduplication.id)
+            .bind(params.deduplication_window_start)
+            .fetch_optional(&mut *connection)
+            .await
+            .map_err(postgres_error("fifo dedup: lookup"))?;
+            if let Some((seq, message_id)) = remembered {
+                inserted.push(InsertedMessage {
+                    seq,
+                    message_id,
+                    duplicate: true,
+                });
+                continue;
+            }
+        }
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
+                 md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at,
+                 dedup_id)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+             RETURNING seq",
+        )
+        .bind(params.queue_id)
+        .bind(&message.message_id)
+        .bind(&message.body)
+        .bind((!message.attributes.is_empty()).then(|| to_json(&message.attributes)))
+        .bind(&message.md5_of_body)
+        .bind(&message.md5_of_attributes)
+        .bind(&message.trace_header)
+        .bind(&message.group_id)
+        .bind(&message.sender_id)
+        .bind(message.sent_at)
+        .bind(message.visible_at)
+        .bind(
+            message
+                .deduplication
+                .as_ref()
+                .map(|deduplication| &deduplication.id),
+        )
+        .fetch_one(&mut *connection)
+        .await
+        .map_err(postgres_error("message_insert_batch: insert"))?;
+        if let Some(deduplication) = &message.deduplication {
+            sqlx::query(
+                "INSERT INTO fifo_dedup (queue_id, scope, dedup_id, message_id, seq, sent_at)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (queue_id, scope, dedup_id) DO UPDATE
+                 SET message_id = excluded.message_id, seq = excluded.seq, sent_at = excluded.sent_at",
+            )
+            .bind(params.queue_id)
+            .bind(&deduplication.scope)
+            .bind(&deduplication.id)
+            .bind(&message.message_id)
+            .bind(seq)
+            .bind(message.sent_at)
+            .execute(&mut *connection)
+            .await
+            .map_err(postgres_error("fifo dedup: remember"))?;
+        }
+        if let Some(group_id) = &message.group_id {
+            sqlx::query(
+                "INSERT INTO fifo_groups (queue_id, group_id, available_at, head_seq)
+                 VALUES ($1, $2, $3, $4) ON CONFLICT (queue_id, group_id) DO NOTHING",
+            )
+            .bind(params.queue_id)
+            .bind(group_id)
+            .bind(message.visible_at)
+            .bind(seq)
+            .execute(&mut *connection)
+            .await
+            .map_err(postgres_error("fifo group: arrival"))?;
+        }
+        inserted.push(InsertedMessage {
+            seq,
+            message_id: message.message_id.clone(),
+            duplicate: false,
+        });
+    }
+    Ok(inserted)
+}
+
+/// On a FIFO queue only a running lease deletes.
+pub(super) async fn delete_batch(
+    connection: &mut PgConnection,
+    params: &MessageDeleteParams,
+) -> Result<Vec<DeleteOutcome>, StoreError> {
+    let mut touched = TouchedGroups::default();
+    let mut outcomes = Vec::with_capacity(params.leases.len());
+    for lease in &params.leases {
+        let deleted: Option<Option<String>> = sqlx::query_scalar(
+            "DELETE FROM messages
+             WHERE seq = $1 AND queue_id = $2 AND receive_count = $3 AND visible_at > $4
+             RETURNING group_id",
+        )
+        .bind(lease.seq)
+        .bind(params.queue_id)
+        .bind(lease.lease)
+        .bind(params.now)
+        .fetch_optional(&mut *connection)
+        .await
+        .map_err(postgres_error("fifo delete: delete"))?;
+        if let Some(group_id) = deleted {
+            touched.touch(params.queue_id, group_id.as_deref());
+            outcomes.push(DeleteOutcome::Deleted);
+            continue;
+        }
+        let held = sqlx::query("SELECT 1 FROM messages WHERE seq = $1 AND queue_id = $2")
+            .bind(lease.seq)
+            .bind(params.queue_id)
+            .fetch_optional(&mut *connection)
+            .await
+            .map_err(postgres_error("fifo delete: exists"))?
+            .is_some();
+        outcomes.push(if held {
+            DeleteOutcome::Expired
+        } else {
+            DeleteOutcome::AlreadyGone
+        });
+    }
+    touched.refresh(connection).await?;
+    Ok(outcomes)
+}
+
+/// Most window entries one sweep forgets.
+const WINDOW_SWEEP_CHUNK: i64 = 10_000;
+
+/// Forgets deduplication ids and receive attempts recorded at or before `before`.
+pub(super) async fn window_expire(
+    connection: &mut PgConnection,
+    before: i64,
+) -> Result<u64, StoreError> {
+    let dedup = sqlx::query(
+        "DELETE FROM fifo_dedup WHERE ctid IN (
+             SELECT ctid FROM fifo_dedup WHERE sent_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(before)
+    .bind(WINDOW_SWEEP_CHUNK)
+    .execute(&mut *connection)
+    .await
+    .map_err(postgres_error("fifo window: dedup"))?
+    .rows_affected();
+    let attempts = sqlx::query(
+        "DELETE FROM receive_attempts WHERE ctid IN (
+             SELECT ctid FROM receive_attempts WHERE created_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(before)
+    .bind(WINDOW_SWEEP_CHUNK)
+    .execute(&mut *connection)
+    .await
+    .map_err(postgres_error("fifo window: attempts"))?
+    .rows_affected();
+    Ok(dedup + attempts)
+}
+
+/// Forgets a queue's groups, deduplication window and receive attempts.
+pub(super) async fn forget_queue(
+    connection: &mut PgConnection,
+    queue_id: i64,
+) -> Result<(), StoreError> {
+    for (sql, operation) in [
+        (
+            "DELETE FROM fifo_groups WHERE queue_id = $1",
+            "fifo: forget groups",
+        ),
+        (
+            "DELETE FROM fifo_dedup WHERE queue_id = $1",
+            "fifo: forget dedup",
+        ),
+        (
+            "DELETE FROM receive_attempts WHERE queue_id = $1",
+            "fifo: forget attempts",
+        ),
+    ] {
+        sqlx::query(sql)
+            .bind(queue_id)
+            .execute(&mut *connection)
+            .await
+            .map_err(postgres_error(operation))?;
+    }
+    Ok(())
+}
+
+/// One leased message of a recorded attempt: `[seq, receive_count, visible_at]`.
+type AttemptLease = (i64, i64, i64);
+
+/// ReceiveMessage on a FIFO queue: whole runs from the heads of available
+/// groups, oldest-available group first.
+pub(super) async fn receive(
+    connection: &mut PgConnection,
+    mut pass: ReceivePass<'_>,
+) -> Result<ReceiveOutcome, StoreError> {
+    let params = pass.params();
+    if let Some(attempt) = &params.attempt
+        && let Some(messages) = replay(connection, params, attempt).await?
+    {
+        return Ok(ReceiveOutcome {
+            messages,
+            ..ReceiveOutcome::default()
+        });
+    }
+    let wanted = params.max_messages as usize;
+    let mut visited = HashSet::new();
+    'receive: while pass.leased() < wanted && !pass.out_of_budget() {
+        let limit = (visited.len() + wanted - pass.leased()) as i64;
+        let groups: Vec<String> = sqlx::query_scalar(
+            "SELECT group_id FROM fifo_groups WHERE queue_id = $1 AND available_at <= $2
+             ORDER BY available_at, head_seq LIMIT $3",
+        )
+        .bind(params.queue_id)
+        .bind(params.now)
+        .bind(limit)
+        .fetch_all(&mut *connection)
+        .await
+        .map_err(postgres_error("fifo receive: groups"))?;
+        let fresh: Vec<String> = groups
+            .into_iter()
+            .filter(|group| !visited.contains(group))
+            .collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for group in fresh {
+            let mut cursor = 0i64;
+            'run: while pass.leased() < wanted {
+                let rows = sqlx::query(concat!(
+                    "SELECT ",
+                    message_columns!(),
+                    " FROM messages WHERE queue_id = $1 AND group_id = $2 AND seq > $3
+                     ORDER BY seq LIMIT $4"
+                ))
+                .bind(params.queue_id)
+                .bind(&group)
+                .bind(cursor)
+                .bind((wanted - pass.leased()) as i64)
+                .fetch_all(&mut *connection)
+                .await
+                .map_err(postgres_error("fifo receive: run"))?;
+                if rows.is_empty() {
+                    break;
+                }
+                for row in &rows {
+                    let row = message_from_row(row)?;
+                    cursor = row.message.seq;
+                    // Nothing may overtake a message not yet deliverable.
+                    if row.visible_at > params.now {
+                        break 'run;
+                    }
+                    if let Met::OutOfBudget = pass.meet(connection, row).await? {
+                        pass.flush(connection).await?;
+                        refresh_group(connection, params.queue_id, &group).await?;
+                        break 'receive;
+                    }
+                }
+            }
+            pass.flush(connection).await?;
+            refresh_group(connection, params.queue_id, &group).await?;
+            visited.insert(group);
+        }
+    }
+    let mut outcome = pass.finish(connection).await?;
+    if let Some(attempt) = &params.attempt
+        && !outcome.messages.is_empty()
+    {
+        record_attempt(connection, params, attempt, &outcome.messages).await?;
+    }
+    if outcome.messages.is_empty() {
+        outcome.next_visible_at = sqlx::query_scalar(
+            "SELECT MIN(available_at) FROM fifo_groups WHERE queue_id = $1 AND available_at > $2",
+        )
+        .bind(params.queue_id)
+        .bind(params.now)
+        .fetch_one(&mut *connection)
+        .await
+        .map_err(postgres_error("fifo receive: next available"))?;
+    }
+    Ok(outcome)
+}
+
+async fn record_attempt(
+    connection: &mut PgConnection,
+    params: &MessageReceiveParams,
+    attempt: &ReceiveAttempt,
+    messages: &[StoredMessage],
+) -> Result<(), StoreError> {
+    let leases: Vec<AttemptLease> = messages
+        .iter()
+        .map(|message| (message.seq, message.receive_count, params.visible_at))
+        .collect();
+    sqlx::query(
+        "INSERT INTO receive_attempts (queue_id, attempt_id, created_at, leases)
+         VALUES ($1, $2, $3, $4)
+         ON CONFLICT (queue_id, attempt_id)
+         DO UPDATE SET created_at = excluded.created_at, leases = excluded.leases",
+    )
+    .bind(params.queue_id)
+    .bind(&attempt.id)
+    .bind(params.now)
+    .bind(to_json(&leases))
+    .execute(connection)
+    .await
+    .map(drop)
+    .map_err(postgres_error("fifo receive: record attempt"))
+}
+
+/// A retried attempt gets the same messages under the same leases, if none
+/// of them changed since; otherwise the retry is an ordinary receive.
+async fn replay(
+    connection: &mut PgConnection,
+    params: &MessageReceiveParams,
+    attempt: &ReceiveAttempt,
+) -> Result<Option<Vec<StoredMessage>>, StoreError> {
+    let leases: Option<String> = sqlx::query_scalar(
+        "SELECT leases FROM receive_attempts
+         WHERE queue_id = $1 AND attempt_id = $2 AND created_at > $3",
+    )
+    .bind(params.queue_id)
+    .bind(&attempt.id)
+    .bind(attempt.valid_after)
+    .fetch_optional(&mut *connection)
+    .await
+    .map_err(postgres_error("fifo replay: attempt"))?;
+    let Some(leases) = leases else {
+        return Ok(None);
+    };
+    let leases: Vec<AttemptLease> = from_json(&leases, "receive attempt leases")?;
+    let mut messages = Vec::with_capacity(leases.len());
+    for &(seq, receive_count, visible_at) in &leases {
+        let found = sqlx::query(concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM messages WHERE seq = $1 AND queue_id = $2"
+        ))
+        .bind(seq)
+        .bind(params.queue_id)
+        .fetch_optional(&mut *connection)
+        .await
+        .map_err(postgres_error("fifo replay: message"))?;
+        match found.as_ref().map(message_from_row).transpose()? {
+            Some(row)
+                if row.visible_at == visible_at && row.message.receive_count == receive_count =>
+            {
+                messages.push(row.message);
+            }
+            _ => return Ok(None),
+        }
+    }
+    let mut touched = TouchedGroups::default();
+    for message in &messages {
+        sqlx::query("UPDATE messages SET visible_at = $2 WHERE seq = $1")
+            .bind(message.seq)
+            .bind(params.visible_at)
+            .execute(&mut *connection)
+            .await
+            .map_err(postgres_error("fifo replay: lease again"))?;
+        touched.touch(params.queue_id, message.group_id.as_deref());
+    }
+    touched.refresh(connection).await?;
+    record_attempt(connection, params, attempt, &messages).await?;
+    Ok(Some(messages))
+}

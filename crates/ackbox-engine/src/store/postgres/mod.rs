@@ -1,0 +1,441 @@
+//! The shared store: PostgreSQL, for several `ackbox serve` nodes over one
+//! database.
+//!
+//! Every operation is one transaction on a pooled connection, so PostgreSQL
+//! (not a writer thread) serializes what must be serialized:
+//!
+//! - a standard receive leases rows with `FOR UPDATE SKIP LOCKED`, so two
+//!   nodes never lease the same message and never wait for each other;
+//! - deletes, visibility changes and nacks lock the one row they change and
+//!   re-check its lease after any wait;
+//! - every mutation of a FIFO queue holds a transaction-scoped advisory lock
+//!   on that queue, so its groups change one transaction at a time, as the
+//!   embedded store's single writer guarantees;
+//! - a send holds a key-share lock on its queue's row, so a concurrent
+//!   DeleteQueue waits for it and never leaves a message behind.
+//!
+//! PostgreSQL may abort a transaction that conflicts with another (a
+//! deadlock); the store runs it again. `LISTEN`/`NOTIFY` tells every node
+//! when messages arrive and when queues change ([`Store::events`]).
+
+use std::time::Duration;
+
+use ackbox_core::clock::Timestamp;
+use ackbox_core::receipt::{ReceiptKey, SECRET_LEN};
+use async_trait::async_trait;
+use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{
+    ChangeVisibilityOutcome, DeleteOutcome, FailureClassCount, InsertedMessage,
+    MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams, MessageInsertParams,
+    MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveTaskCreateOutcome,
+    MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams,
+    NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome,
+    QueuePurgeParams, QueueRecord, QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome,
+    Store, StoreError, StoreEvent, StoredMessage,
+};
+
+mod fifo;
+mod migrate;
+mod mutation;
+
+use mutation::postgres_error;
+
+/// The channel that carries "messages may be receivable in queue N".
+const MESSAGES_CHANNEL: &str = "ackbox_messages";
+/// The channel that carries "queue NAME was created, changed or deleted".
+const QUEUES_CHANNEL: &str = "ackbox_queues";
+/// Events a slow follower may fall behind by before it is told to resync.
+const EVENT_BACKLOG: usize = 4_096;
+/// How often a conflicting transaction is run again before the caller hears of it.
+const MAX_CONFLICT_RETRIES: u32 = 8;
+
+/// How to reach the database.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// `postgres://user@host:port/database` (any libpq-style URL sqlx accepts).
+    pub url: String,
+    /// Most connections this node opens.
+    pub max_connections: u32,
+    /// Keep ackbox's tables in this schema (created if missing) instead of
+    /// the connection's default search path.
+    pub schema: Option<String>,
+}
+
+impl PostgresOptions {
+    /// Options for `url` with the default pool size and search path.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            max_connections: 32,
+            schema: None,
+        }
+    }
+}
+
+/// The PostgreSQL store.
+#[derive(Debug, Clone)]
+pub struct PostgresStore {
+    pool: PgPool,
+    /// Identifies this node as a move task's lease holder.
+    node: String,
+    events: broadcast::Sender<StoreEvent>,
+    stop: CancellationToken,
+}
+
+impl PostgresStore {
+    /// Connects, migrates the schema (one node at a time) and starts
+    /// listening for other nodes' changes.
+    pub async fn connect(options: &PostgresOptions) -> Result<Self, StoreError> {
+        let mut pool_options = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(2))
+            .acquire_timeout(Duration::from_secs(10));
+        if let Some(schema) = &options.schema {
+            if !is_plain_identifier(schema) {
+                return Err(StoreError::Corrupt {
+                    detail: format!(
+                        "schema {schema:?} must be letters, digits and underscores, not starting with a digit"
+                    ),
+                });
+            }
+            let statement = format!("SET search_path TO {schema}");
+            pool_options = pool_options.after_connect(move |connection, _| {
+                let statement = statement.clone();
+                Box::pin(async move {
+                    sqlx::query(sqlx::AssertSqlSafe(statement))
+                        .execute(connection)
+                        .await
+                        .map(drop)
+                })
+            });
+        }
+        let pool = pool_options
+            .connect(&options.url)
+            .await
+            .map_err(postgres_error("connect"))?;
+        if let Some(schema) = &options.schema {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "CREATE SCHEMA IF NOT EXISTS {schema}"
+            )))
+            .execute(&pool)
+            .await
+            .map_err(postgres_error("create schema"))?;
+        }
+        migrate::migrate(&pool).await?;
+        let (events, _) = broadcast::channel(EVENT_BACKLOG);
+        let stop = CancellationToken::new();
+        let mut listener = PgListener::connect_with(&pool)
+            .await
+            .map_err(postgres_error("listen: connect"))?;
+        listener
+            .listen_all([MESSAGES_CHANNEL, QUEUES_CHANNEL])
+            .await
+            .map_err(postgres_error("listen"))?;
+        tokio::spawn(follow(listener, events.clone(), stop.clone()));
+        Ok(Self {
+            pool,
+            node: uuid::Uuid::new_v4().to_string(),
+            events,
+            stop,
+        })
+    }
+
+    /// The installation's receipt-handle key, created by the first node
+    /// that asks and shared by all of them.
+    pub async fn receipt_key(&self) -> Result<ReceiptKey, StoreError> {
+        sqlx::query(
+            "INSERT INTO installation (id, receipt_secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(ReceiptKey::generate_secret().to_vec())
+        .execute(&self.pool)
+        .await
+        .map_err(postgres_error("receipt key: create"))?;
+        let secret: Vec<u8> =
+            sqlx::query_scalar("SELECT receipt_secret FROM installation WHERE id = 1")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(postgres_error("receipt key: read"))?;
+        let secret: [u8; SECRET_LEN] =
+            secret
+                .as_slice()
+                .try_into()
+                .map_err(|_| StoreError::Corrupt {
+                    detail: format!(
+                        "the installation's receipt secret must hold exactly {SECRET_LEN} bytes; it holds {}",
+                        secret.len()
+                    ),
+                })?;
+        Ok(ReceiptKey::new(secret))
+    }
+
+    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+        self.pool
+            .begin()
+            .await
+            .map_err(postgres_error("begin transaction"))
+    }
+}
+
+fn is_plain_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 63
+}
+
+/// Whether PostgreSQL aborted the transaction for a conflict with another
+/// one (deadlock, serialization failure, a unique key taken meanwhile), so
+/// running it again may succeed.
+fn is_conflict(error: &StoreError) -> bool {
+    matches!(
+        error,
+        StoreError::Postgres { source: sqlx::Error::Database(database), .. }
+            if matches!(database.code().as_deref(), Some("40001" | "40P01" | "23505"))
+    )
+}
+
+/// Runs `$body` (an expression using `$connection: &mut PgConnection`) in a
+/// transaction, commits it, and runs it again when PostgreSQL aborted it
+/// for a conflict. A failed attempt is rolled back before anything else.
+macro_rules! in_transaction {
+    ($store:expr, $operation:literal, |$connection:ident| $body:expr) => {{
+        let mut conflicts = 0u32;
+        loop {
+            let mut transaction = $store.begin().await?;
+            let outcome = {
+                let $connection: &mut sqlx::PgConnection = &mut transaction;
+                $body.await
+            };
+            let outcome = match outcome {
+                Ok(value) => transaction
+                    .commit()
+                    .await
+                    .map(|()| value)
+                    .map_err(postgres_error(concat!($operation, ": commit"))),
+                Err(error) => {
+                    // Explicitly: a dropped transaction only queues its
+                    // rollback, and its locks would outlive this call.
+                    let _ = transaction.rollback().await;
+                    Err(error)
+                }
+            };
+            match outcome {
+                Err(error) if is_conflict(&error) && conflicts < MAX_CONFLICT_RETRIES => {
+                    conflicts += 1;
+                    tracing::debug!(
+                        operation = $operation,
+                        conflicts,
+                        "transaction conflicted; running it again"
+                    );
+                    tokio::time::sleep(Duration::from_millis(u64::from(conflicts) * 2)).await;
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+
+/// Forwards notifications to the node's followers until the store closes.
+async fn follow(
+    mut listener: PgListener,
+    events: broadcast::Sender<StoreEvent>,
+    stop: CancellationToken,
+) {
+    loop {
+        let next = tokio::select! {
+            () = stop.cancelled() => return,
+            next = listener.try_recv() => next,
+        };
+        let event = match next {
+            Ok(Some(notification)) => match notification.channel() {
+                MESSAGES_CHANNEL => match notification.payload().parse() {
+                    Ok(queue_id) => StoreEvent::MessagesAvailable { queue_id },
+                    Err(_) => continue,
+                },
+                QUEUES_CHANNEL => StoreEvent::QueueChanged {
+                    name: notification.payload().to_owned(),
+                },
+                _ => continue,
+            },
+            // The connection dropped and was made again: whatever was
+            // said meanwhile is lost.
+            Ok(None) => StoreEvent::Missed,
+            Err(error) => {
+                tracing::warn!(%error, "lost the PostgreSQL notification connection; reconnecting");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                }
+                StoreEvent::Missed
+            }
+        };
+        // No follower yet is fine: nobody has anything to refresh.
+        let _ = events.send(event);
+    }
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn queue_create(
+        &self,
+        params: QueueCreateParams,
+    ) -> Result<QueueCreateOutcome, StoreError> {
+        in_transaction!(self, "queue_create", |connection| {
+            mutation::queue_create(connection, &params)
+        })
+    }
+
+    async fn queue_list(&self) -> Result<Vec<QueueRecord>, StoreError> {
+        mutation::queue_list(&self.pool).await
+    }
+
+    async fn queue_get(&self, name: &str) -> Result<Option<QueueRecord>, StoreError> {
+        mutation::queue_get(&self.pool, name).await
+    }
+
+    async fn queue_update(&self, params: QueueUpdateParams) -> Result<(), StoreError> {
+        in_transaction!(self, "queue_update", |connection| {
+            mutation::queue_update(connection, &params)
+        })
+    }
+
+    async fn queue_delete(&self, params: QueueDeleteParams) -> Result<bool, StoreError> {
+        in_transaction!(self, "queue_delete", |connection| {
+            mutation::queue_delete(connection, &params)
+        })
+    }
+
+    async fn queue_purge(&self, params: QueuePurgeParams) -> Result<QueuePurgeOutcome, StoreError> {
+        in_transaction!(self, "queue_purge", |connection| {
+            mutation::queue_purge(connection, &params)
+        })
+    }
+
+    async fn queue_stats(&self, params: QueueStatsParams) -> Result<QueueStats, StoreError> {
+        mutation::queue_stats(&self.pool, params).await
+    }
+
+    async fn message_insert_batch(
+        &self,
+        params: MessageInsertParams,
+    ) -> Result<Vec<InsertedMessage>, StoreError> {
+        in_transaction!(self, "message_insert_batch", |connection| {
+            mutation::message_insert_batch(connection, &params)
+        })
+    }
+
+    async fn message_receive(
+        &self,
+        params: MessageReceiveParams,
+    ) -> Result<ReceiveOutcome, StoreError> {
+        in_transaction!(self, "message_receive", |connection| {
+            mutation::message_receive(connection, &params)
+        })
+    }
+
+    async fn message_delete_batch(
+        &self,
+        params: MessageDeleteParams,
+    ) -> Result<Vec<DeleteOutcome>, StoreError> {
+        in_transaction!(self, "message_delete_batch", |connection| {
+            mutation::message_delete_batch(connection, &params)
+        })
+    }
+
+    async fn message_change_visibility_batch(
+        &self,
+        params: MessageChangeVisibilityParams,
+    ) -> Result<Vec<ChangeVisibilityOutcome>, StoreError> {
+        in_transaction!(self, "message_change_visibility_batch", |connection| {
+            mutation::message_change_visibility_batch(connection, &params)
+        })
+    }
+
+    async fn message_nack(&self, params: MessageNackParams) -> Result<NackOutcome, StoreError> {
+        in_transaction!(self, "message_nack", |connection| {
+            mutation::message_nack(connection, &params)
+        })
+    }
+
+    async fn message_failure_classes(
+        &self,
+        queue_id: i64,
+    ) -> Result<Vec<FailureClassCount>, StoreError> {
+        mutation::message_failure_classes(&self.pool, queue_id).await
+    }
+
+    async fn message_peek(
+        &self,
+        params: MessagePeekParams,
+    ) -> Result<Vec<StoredMessage>, StoreError> {
+        mutation::message_peek(&self.pool, params).await
+    }
+
+    async fn move_task_create(
+        &self,
+        params: MoveTaskCreateParams,
+    ) -> Result<MoveTaskCreateOutcome, StoreError> {
+        in_transaction!(self, "move_task_create", |connection| {
+            mutation::move_task_create(connection, &params)
+        })
+    }
+
+    async fn move_task_step(
+        &self,
+        params: MoveTaskStepParams,
+    ) -> Result<MoveTaskStepOutcome, StoreError> {
+        in_transaction!(self, "move_task_step", |connection| {
+            mutation::move_task_step(connection, &params, &self.node)
+        })
+    }
+
+    async fn move_task_resume(&self, handle: &str) -> Result<Option<MoveTaskRecord>, StoreError> {
+        in_transaction!(self, "move_task_resume", |connection| {
+            mutation::move_task_resume(connection, handle)
+        })
+    }
+
+    async fn move_task_cancel(
+        &self,
+        handle: &str,
+        now: Timestamp,
+    ) -> Result<Option<MoveTaskRecord>, StoreError> {
+        in_transaction!(self, "move_task_cancel", |connection| {
+            mutation::move_task_cancel(connection, handle, now)
+        })
+    }
+
+    async fn move_task_list(
+        &self,
+        filter: MoveTaskFilter,
+        limit: u32,
+    ) -> Result<Vec<MoveTaskRecord>, StoreError> {
+        mutation::move_task_list(&self.pool, filter, limit).await
+    }
+
+    async fn message_expire(&self, params: MessageExpireParams) -> Result<u64, StoreError> {
+        in_transaction!(self, "message_expire", |connection| {
+            mutation::message_expire(connection, &params)
+        })
+    }
+
+    async fn fifo_window_expire(&self, before: Timestamp) -> Result<u64, StoreError> {
+        in_transaction!(self, "fifo_window_expire", |connection| {
+            fifo::window_expire(connection, before)
+        })
+    }
+
+    async fn close(&self) -> Result<(), StoreError> {
+        self.stop.cancel();
+        self.pool.close().await;
+        Ok(())
+    }
+
+    fn events(&self) -> Option<broadcast::Receiver<StoreEvent>> {
+        Some(self.events.subscribe())
+    }
+}
