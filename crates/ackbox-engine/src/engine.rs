@@ -69,7 +69,9 @@ pub(crate) struct Inner {
     pub(crate) registry: Registry,
     /// Serialises queue creation, deletion and attribute changes, so the
     /// registry and the store never disagree about which queues exist.
-    admin: tokio::sync::Mutex<()>,
+    pub(crate) admin: tokio::sync::Mutex<()>,
+    /// Move tasks with a runner on this node, so none gets two.
+    pub(crate) move_runners: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Cancelled at shutdown: long polls return, background tasks stop.
     pub(crate) shutdown: CancellationToken,
     pub(crate) tasks: TaskTracker,
@@ -118,12 +120,16 @@ impl Engine {
                 config,
                 registry,
                 admin: tokio::sync::Mutex::new(()),
+                move_runners: std::sync::Mutex::default(),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
             }),
         };
+        if let Some(events) = engine.inner.store.events() {
+            crate::follower::spawn(&engine, events);
+        }
         reaper::spawn(&engine);
-        engine.resume_move_tasks().await?;
+        engine.adopt_move_tasks().await?;
         Ok(engine)
     }
 

@@ -12,10 +12,12 @@
 //! - `lease`: DeleteMessage and ChangeMessageVisibility.
 //! - [`redrive`]: message move tasks (redrive of dead-letter queues).
 //! - [`nack`]: NackMessage, the failure-reporting extension.
-//! - `reaper`: the retention sweeper.
+//! - `reaper`: the retention sweeper (and adoption of move tasks started elsewhere).
+//! - `follower`: other nodes' changes to a shared store, into this node's cache.
 //! - [`secret`]: the installation secret behind receipt handles.
 //! - [`queue`]: the cached queue registry and per-queue notifiers.
-//! - [`store`]: the [`Store`](store::Store) seam and the embedded SQLite store.
+//! - [`store`]: the [`Store`](store::Store) seam, the embedded SQLite store and
+//!   the shared PostgreSQL store.
 //!
 //! # Example
 //! ```
@@ -43,6 +45,7 @@
 mod counters;
 pub mod engine;
 pub mod error;
+mod follower;
 mod lease;
 pub mod nack;
 pub mod queue;

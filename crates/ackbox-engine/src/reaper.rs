@@ -27,6 +27,9 @@ pub(crate) fn spawn(engine: &Engine) {
             }
             engine.sweep_expired().await;
             engine.sweep_fifo_windows().await;
+            if let Err(error) = engine.adopt_move_tasks().await {
+                tracing::warn!(%error, "cannot look for move tasks to run; will retry");
+            }
         }
     });
 }

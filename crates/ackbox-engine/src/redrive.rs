@@ -331,21 +331,34 @@ impl Engine {
         Ok(record.moved)
     }
 
-    /// Restarts the runners of tasks that were running at the last stop.
-    pub(crate) async fn resume_move_tasks(&self) -> Result<(), EngineError> {
+    /// Starts a runner for every running task that has none on this node:
+    /// at start (tasks running at the last stop) and periodically, so a task
+    /// started on another node of a shared store is taken over if that node
+    /// dies (the store lets one node at a time move its messages).
+    pub(crate) async fn adopt_move_tasks(&self) -> Result<(), EngineError> {
         for record in self
             .inner
             .store
             .move_task_list(MoveTaskFilter::Running, u32::MAX)
             .await?
         {
-            tracing::info!(task = %record.handle, moved = record.moved, "resuming message move task");
             self.spawn_move_task(record);
         }
         Ok(())
     }
 
     fn spawn_move_task(&self, record: MoveTaskRecord) {
+        let handle = record.handle.clone();
+        if !self
+            .inner
+            .move_runners
+            .lock()
+            .expect("move runner set poisoned")
+            .insert(handle.clone())
+        {
+            return;
+        }
+        tracing::info!(task = %handle, moved = record.moved, "running message move task");
         let engine = self.clone();
         let shutdown = self.inner.shutdown.clone();
         self.inner.tasks.spawn(async move {
@@ -373,6 +386,12 @@ impl Engine {
                     }
                 }
             }
+            engine
+                .inner
+                .move_runners
+                .lock()
+                .expect("move runner set poisoned")
+                .remove(&handle);
         });
     }
 

@@ -9,6 +9,8 @@ use std::sync::Arc;
 use ackbox_core::clock::Clock;
 use ackbox_core::queue_name::Realm;
 use ackbox_engine::secret::load_or_create_receipt_key;
+use ackbox_engine::store::Store;
+use ackbox_engine::store::postgres::{PostgresOptions, PostgresStore};
 use ackbox_engine::store::sqlite::{Durability, SqliteStore};
 use ackbox_engine::{Engine, EngineConfig};
 use tokio::net::TcpListener;
@@ -30,8 +32,12 @@ pub struct BrokerConfig {
     pub listen: SocketAddr,
     /// Directory of the embedded store and the installation secret.
     pub data_dir: PathBuf,
-    /// How commits reach the disk.
+    /// How commits reach the disk (embedded store).
     pub durability: Durability,
+    /// Keep queues and messages in this PostgreSQL database instead of the
+    /// embedded store, shared with every other node pointed at it; the
+    /// installation secret then lives there too.
+    pub postgres: Option<PostgresOptions>,
     /// Region and account.
     pub realm: Realm,
     /// The dashboard shows but changes nothing.
@@ -52,6 +58,7 @@ impl BrokerConfig {
             listen,
             data_dir,
             durability: Durability::Fsync,
+            postgres: None,
             realm: Realm::default(),
             ui_read_only: false,
             credentials: None,
@@ -132,7 +139,10 @@ impl RunningBroker {
     /// Opens the store, starts the engine and begins serving.
     pub async fn start(config: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
         let store_error = |source| StartError::Store {
-            data_dir: config.data_dir.display().to_string(),
+            data_dir: match &config.postgres {
+                Some(options) => redact_password(&options.url),
+                None => config.data_dir.display().to_string(),
+            },
             source,
         };
         config
@@ -154,11 +164,24 @@ impl RunningBroker {
         let scheme = if tls.is_some() { "https" } else { "http" };
         // Installed before anything is counted, so no early count is lost.
         crate::telemetry::recorder();
-        let receipt_key = load_or_create_receipt_key(&config.data_dir).map_err(store_error)?;
-        let store = SqliteStore::open(&config.data_dir, config.durability).map_err(store_error)?;
+        let (receipt_key, store): (_, Arc<dyn Store>) = match &config.postgres {
+            Some(options) => {
+                let store = PostgresStore::connect(options).await.map_err(store_error)?;
+                (
+                    store.receipt_key().await.map_err(store_error)?,
+                    Arc::new(store),
+                )
+            }
+            None => (
+                load_or_create_receipt_key(&config.data_dir).map_err(store_error)?,
+                Arc::new(
+                    SqliteStore::open(&config.data_dir, config.durability).map_err(store_error)?,
+                ),
+            ),
+        };
         let mut engine_config = EngineConfig::new(receipt_key);
         engine_config.realm = config.realm.clone();
-        let engine = Engine::start(engine_config, Arc::new(store), clock)
+        let engine = Engine::start(engine_config, store, clock)
             .await
             .map_err(|source| StartError::Engine { source })?;
         let listener =
@@ -230,5 +253,40 @@ impl RunningBroker {
                 source: std::io::Error::other(join),
             })
         })
+    }
+}
+
+/// `url` without its password, for messages and logs.
+pub fn redact_password(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let credentials = &url[scheme_end + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_password;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(
+            redact_password("postgres://ackbox:s3cret@db:5432/queues"),
+            "postgres://ackbox:***@db:5432/queues"
+        );
+        assert_eq!(
+            redact_password("postgres://ackbox@db/queues"),
+            "postgres://ackbox@db/queues"
+        );
+        assert_eq!(
+            redact_password("postgres://db/queues"),
+            "postgres://db/queues"
+        );
     }
 }

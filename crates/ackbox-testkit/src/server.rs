@@ -83,6 +83,7 @@ impl TestServerBuilder {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: data_dir.path().to_path_buf(),
             durability: self.durability.unwrap_or(Durability::Fsync),
+            postgres: None,
             realm: Realm::default(),
             ui_read_only: self.ui_read_only,
             credentials,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use ackbox_core::clock::SystemClock;
 use ackbox_core::queue_name::Realm;
 use ackbox_engine::Engine;
+use ackbox_engine::store::postgres::PostgresOptions;
 use ackbox_engine::store::sqlite::Durability;
 use ackbox_server::auth::Authenticator;
 use ackbox_server::broker::{BrokerConfig, RunningBroker};
@@ -48,6 +49,16 @@ pub(crate) struct Args {
     /// Directory of the embedded store.
     #[arg(long, env = "ACKBOX_DATA_DIR", default_value = "./ackbox-data")]
     data_dir: PathBuf,
+    /// Where queues and messages live: `sqlite` (the embedded store in
+    /// `--data-dir`) or a `postgres://` URL shared by several ackbox nodes.
+    #[arg(long, env = "ACKBOX_STORE", default_value = "sqlite")]
+    store: String,
+    /// With a PostgreSQL store: most connections this node opens.
+    #[arg(long, env = "ACKBOX_STORE_POOL_SIZE", default_value_t = 32)]
+    store_pool_size: u32,
+    /// With a PostgreSQL store: keep ackbox's tables in this schema.
+    #[arg(long, env = "ACKBOX_STORE_SCHEMA")]
+    store_schema: Option<String>,
     /// Region in queue ARNs.
     #[arg(long, env = "ACKBOX_REGION", default_value = "us-east-1")]
     region: String,
@@ -106,6 +117,25 @@ fn millis(duration: Duration) -> u64 {
 }
 
 impl Args {
+    /// The PostgreSQL store `--store` names, or `None` for the embedded one.
+    fn postgres(&self) -> anyhow::Result<Option<PostgresOptions>> {
+        let store = self.store.trim();
+        if store.eq_ignore_ascii_case("sqlite") {
+            return Ok(None);
+        }
+        if !(store.starts_with("postgres://") || store.starts_with("postgresql://")) {
+            anyhow::bail!(
+                "--store (ACKBOX_STORE) must be `sqlite` or a postgres:// URL; got {:?}",
+                ackbox_server::broker::redact_password(store)
+            );
+        }
+        Ok(Some(PostgresOptions {
+            url: store.to_owned(),
+            max_connections: self.store_pool_size,
+            schema: self.store_schema.clone(),
+        }))
+    }
+
     fn limits(&self) -> HttpLimits {
         HttpLimits {
             max_body_bytes: self.max_body_bytes,
@@ -280,10 +310,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         }),
         _ => None,
     };
+    let postgres = args.postgres()?;
+    let store = match &postgres {
+        Some(options) => ackbox_server::broker::redact_password(&options.url),
+        None => args.data_dir.display().to_string(),
+    };
     let config = BrokerConfig {
         listen: SocketAddr::new(args.bind, args.port),
         data_dir: args.data_dir.clone(),
         durability,
+        postgres,
         realm: realm(&args)?,
         ui_read_only: args.ui_read_only,
         credentials: args.credentials()?,
@@ -300,7 +336,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     }
     tracing::info!(
         url = %broker.url(),
-        data_dir = %args.data_dir.display(),
+        store = %store,
         durability = ?durability,
         authenticated,
         "ackbox is ready"

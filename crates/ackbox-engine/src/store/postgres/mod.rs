@@ -116,12 +116,16 @@ impl PostgresStore {
             .await
             .map_err(postgres_error("connect"))?;
         if let Some(schema) = &options.schema {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
+            let created = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "CREATE SCHEMA IF NOT EXISTS {schema}"
             )))
             .execute(&pool)
-            .await
-            .map_err(postgres_error("create schema"))?;
+            .await;
+            match created {
+                // Another node starting at the same instant created it.
+                Err(sqlx::Error::Database(error)) if error.code().as_deref() == Some("23505") => {}
+                other => other.map(drop).map_err(postgres_error("create schema"))?,
+            }
         }
         migrate::migrate(&pool).await?;
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
@@ -264,6 +268,7 @@ async fn follow(
             // The connection dropped and was made again: whatever was
             // said meanwhile is lost.
             Ok(None) => StoreEvent::Missed,
+            Err(_) if stop.is_cancelled() => return,
             Err(error) => {
                 tracing::warn!(%error, "lost the PostgreSQL notification connection; reconnecting");
                 tokio::select! {
