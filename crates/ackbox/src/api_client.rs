@@ -272,6 +272,12 @@ pub(crate) struct EndpointArgs {
 impl EndpointArgs {
     /// A client for the endpoint, signing when a key is given.
     pub(crate) fn client(&self) -> anyhow::Result<ApiClient> {
+        self.client_for(&self.endpoint)
+    }
+
+    /// A client for another node of the same installation, with the same
+    /// keys and trust.
+    pub(crate) fn client_for(&self, endpoint: &str) -> anyhow::Result<ApiClient> {
         let key = match (&self.access_key_id, &self.secret_access_key) {
             (Some(access_key_id), Some(secret_access_key)) => Some(SigningKey {
                 access_key_id: access_key_id.clone(),
@@ -280,7 +286,7 @@ impl EndpointArgs {
             }),
             _ => None,
         };
-        ApiClient::new(&self.endpoint, key, self.ca_cert.as_deref())
+        ApiClient::new(endpoint, key, self.ca_cert.as_deref())
     }
 }
 

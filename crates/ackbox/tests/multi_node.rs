@@ -143,58 +143,32 @@ async fn send_batch(
     }
 }
 
-async fn produce_standard(
+/// Sends `batches` in order, each until acknowledged, moving to the next
+/// node between batches. On a FIFO queue (`group`) one producer per group
+/// keeps the group's send order, and a retried batch carries the same
+/// deduplication ids, so it is stored once.
+async fn produce(
     clients: Arc<Vec<Client>>,
     url: String,
-    producer: usize,
+    mut node: usize,
+    group: Option<String>,
+    batches: Vec<Vec<String>>,
     acknowledged: Arc<Mutex<HashSet<String>>>,
 ) {
-    let mut node = producer % NODES;
-    for batch in 0..STANDARD_BATCHES_PER_PRODUCER {
-        let bodies: Vec<String> = (0..10)
-            .map(|entry| format!("s-{producer}-{batch}-{entry}"))
-            .collect();
+    for bodies in batches {
         let entries = bodies
             .iter()
             .enumerate()
             .map(|(entry, body)| {
-                SendMessageBatchRequestEntry::builder()
+                let entry = SendMessageBatchRequestEntry::builder()
                     .id(entry.to_string())
-                    .message_body(body)
-                    .build()
-                    .unwrap()
-            })
-            .collect();
-        send_batch(&clients, &mut node, &url, entries).await;
-        acknowledged.lock().unwrap().extend(bodies);
-        node = (node + 1) % NODES;
-    }
-}
-
-/// One producer per group, so the group's send order is its index order;
-/// a retried batch carries the same deduplication ids, so it is stored once.
-async fn produce_fifo(
-    clients: Arc<Vec<Client>>,
-    url: String,
-    group: usize,
-    acknowledged: Arc<Mutex<HashSet<String>>>,
-) {
-    let mut node = group % NODES;
-    for start in (0..FIFO_MESSAGES_PER_GROUP).step_by(5) {
-        let bodies: Vec<String> = (start..start + 5)
-            .map(|index| format!("f-{group}-{index}"))
-            .collect();
-        let entries = bodies
-            .iter()
-            .enumerate()
-            .map(|(entry, body)| {
-                SendMessageBatchRequestEntry::builder()
-                    .id(entry.to_string())
-                    .message_body(body)
-                    .message_group_id(format!("g{group}"))
-                    .message_deduplication_id(body)
-                    .build()
-                    .unwrap()
+                    .message_body(body);
+                match &group {
+                    Some(group) => entry.message_group_id(group).message_deduplication_id(body),
+                    None => entry,
+                }
+                .build()
+                .unwrap()
             })
             .collect();
         send_batch(&clients, &mut node, &url, entries).await;
@@ -276,18 +250,37 @@ async fn three_nodes_lose_nothing_keep_fifo_order_and_never_double_lease_across_
 
     let mut producers = Vec::new();
     for producer in 0..NODES {
-        producers.push(tokio::spawn(produce_standard(
+        let batches = (0..STANDARD_BATCHES_PER_PRODUCER)
+            .map(|batch| {
+                (0..10)
+                    .map(|entry| format!("s-{producer}-{batch}-{entry}"))
+                    .collect()
+            })
+            .collect();
+        producers.push(tokio::spawn(produce(
             Arc::clone(&clients),
             standard_url.clone(),
-            producer,
+            producer % NODES,
+            None,
+            batches,
             Arc::clone(&acknowledged),
         )));
     }
     for group in 0..FIFO_GROUPS {
-        producers.push(tokio::spawn(produce_fifo(
+        let batches = (0..FIFO_MESSAGES_PER_GROUP)
+            .step_by(5)
+            .map(|start| {
+                (start..start + 5)
+                    .map(|index| format!("f-{group}-{index}"))
+                    .collect()
+            })
+            .collect();
+        producers.push(tokio::spawn(produce(
             Arc::clone(&clients),
             fifo_url.clone(),
-            group,
+            group % NODES,
+            Some(format!("g{group}")),
+            batches,
             Arc::clone(&acknowledged),
         )));
     }

@@ -15,6 +15,7 @@ use ackbox_core::clock::Timestamp;
 use ackbox_core::message::MessageAttributes;
 use async_trait::async_trait;
 
+mod move_step;
 pub mod postgres;
 pub mod sqlite;
 
@@ -89,6 +90,37 @@ pub(crate) fn from_json<T: serde::de::DeserializeOwned>(
     serde_json::from_str(text).map_err(|error| StoreError::Corrupt {
         detail: format!("{what}: {error}"),
     })
+}
+
+/// Refuses a database migrated by a newer ackbox than this one.
+pub(crate) fn refuse_newer_schema(applied: i64, newest: i64) -> Result<(), StoreError> {
+    if applied > newest {
+        return Err(StoreError::Corrupt {
+            detail: format!(
+                "the database schema is version {applied}, newer than this binary's {newest}; \
+                 upgrade ackbox instead of downgrading"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A FIFO group's row, from its first messages `(seq, visible_at,
+/// receive_count)` in order: its head, and when it may deliver next (the
+/// later of its head's visibility and every lease on its messages); `None`
+/// when the group is empty.
+///
+/// Only the first [`MAX_RECEIVE_MESSAGES`](ackbox_core::limits::MAX_RECEIVE_MESSAGES)
+/// messages can hold a lease: a receive leases a run from the head of an
+/// available group, and a group with a running lease is not available.
+pub(crate) fn group_availability(front: &[(i64, i64, i64)]) -> Option<(i64, i64)> {
+    let &(head_seq, head_visible_at, _) = front.first()?;
+    let available_at = front
+        .iter()
+        .filter(|(_, _, receive_count)| *receive_count > 0)
+        .map(|(_, visible_at, _)| *visible_at)
+        .fold(head_visible_at, i64::max);
+    Some((head_seq, available_at))
 }
 
 /// A queue as the store keeps it.

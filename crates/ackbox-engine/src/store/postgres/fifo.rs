@@ -47,7 +47,7 @@ pub(super) async fn refresh_group(
     .fetch_all(&mut *connection)
     .await
     .map_err(postgres_error("fifo group: front"))?;
-    let Some(&(head_seq, head_visible_at, _)) = front.first() else {
+    let Some((head_seq, available_at)) = crate::store::group_availability(&front) else {
         return sqlx::query("DELETE FROM fifo_groups WHERE queue_id = $1 AND group_id = $2")
             .bind(queue_id)
             .bind(group_id)
@@ -56,11 +56,6 @@ pub(super) async fn refresh_group(
             .map(drop)
             .map_err(postgres_error("fifo group: drop"));
     };
-    let available_at = front
-        .iter()
-        .filter(|(_, _, receive_count)| *receive_count > 0)
-        .map(|(_, visible_at, _)| *visible_at)
-        .fold(head_visible_at, i64::max);
     sqlx::query(
         "INSERT INTO fifo_groups (queue_id, group_id, available_at, head_seq)
          VALUES ($1, $2, $3, $4)

@@ -75,15 +75,8 @@ async fn apply(connection: &mut sqlx::PgConnection) -> Result<(), StoreError> {
             .fetch_one(&mut *connection)
             .await
             .map_err(postgres_error("read schema version"))?;
-    if let Some((newest, _, _)) = MIGRATIONS.last()
-        && applied > *newest
-    {
-        return Err(StoreError::Corrupt {
-            detail: format!(
-                "the database schema is version {applied}, newer than this binary's {newest}; \
-                 upgrade ackbox instead of downgrading"
-            ),
-        });
+    if let Some((newest, _, _)) = MIGRATIONS.last() {
+        crate::store::refuse_newer_schema(applied, *newest)?;
     }
     for (version, name, sql) in MIGRATIONS.iter().filter(|(version, ..)| *version > applied) {
         let mut transaction = sqlx::Connection::begin(&mut *connection)

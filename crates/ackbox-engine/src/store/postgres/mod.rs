@@ -18,6 +18,8 @@
 //! deadlock); the store runs it again. `LISTEN`/`NOTIFY` tells every node
 //! when messages arrive and when queues change ([`Store::events`]).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ackbox_core::clock::Timestamp;
@@ -83,6 +85,9 @@ pub struct PostgresStore {
     node: String,
     events: broadcast::Sender<StoreEvent>,
     stop: CancellationToken,
+    /// Which queues are FIFO: a queue's type never changes and its id is
+    /// never reused, so the answer may be kept.
+    fifo_queues: Arc<Mutex<HashMap<i64, bool>>>,
 }
 
 impl PostgresStore {
@@ -143,6 +148,7 @@ impl PostgresStore {
             node: uuid::Uuid::new_v4().to_string(),
             events,
             stop,
+            fifo_queues: Arc::default(),
         })
     }
 
@@ -172,6 +178,35 @@ impl PostgresStore {
                     ),
                 })?;
         Ok(ReceiptKey::new(secret))
+    }
+
+    /// Whether the queue exists and is a standard queue.
+    async fn is_standard(&self, queue_id: i64) -> Result<bool, StoreError> {
+        let known = self
+            .fifo_queues
+            .lock()
+            .expect("queue kind cache poisoned")
+            .get(&queue_id)
+            .copied();
+        let fifo = match known {
+            Some(fifo) => fifo,
+            None => {
+                let Some(fifo) = sqlx::query_scalar("SELECT fifo FROM queues WHERE id = $1")
+                    .bind(queue_id)
+                    .fetch_optional(&self.pool)
+                    .await
+                    .map_err(postgres_error("queue kind"))?
+                else {
+                    return Ok(false);
+                };
+                self.fifo_queues
+                    .lock()
+                    .expect("queue kind cache poisoned")
+                    .insert(queue_id, fifo);
+                fifo
+            }
+        };
+        Ok(!fifo)
     }
 
     async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
@@ -328,6 +363,10 @@ impl Store for PostgresStore {
         &self,
         params: MessageInsertParams,
     ) -> Result<Vec<InsertedMessage>, StoreError> {
+        // The common case is one statement, hence its own transaction.
+        if self.is_standard(params.queue_id).await? {
+            return mutation::insert_standard(&self.pool, &params).await;
+        }
         in_transaction!(self, "message_insert_batch", |connection| {
             mutation::message_insert_batch(connection, &params)
         })
@@ -337,6 +376,12 @@ impl Store for PostgresStore {
         &self,
         params: MessageReceiveParams,
     ) -> Result<ReceiveOutcome, StoreError> {
+        if params.dead_letter.is_none()
+            && params.attempt.is_none()
+            && self.is_standard(params.queue_id).await?
+        {
+            return mutation::receive_standard_at_once(&self.pool, &params).await;
+        }
         in_transaction!(self, "message_receive", |connection| {
             mutation::message_receive(connection, &params)
         })
@@ -346,6 +391,9 @@ impl Store for PostgresStore {
         &self,
         params: MessageDeleteParams,
     ) -> Result<Vec<DeleteOutcome>, StoreError> {
+        if self.is_standard(params.queue_id).await? {
+            return mutation::delete_standard(&self.pool, &params).await;
+        }
         in_transaction!(self, "message_delete_batch", |connection| {
             mutation::message_delete_batch(connection, &params)
         })

@@ -9,15 +9,16 @@ use sqlx::{PgConnection, PgPool, Row};
 
 use super::fifo::{self, TouchedGroups};
 use super::{MESSAGES_CHANNEL, QUEUES_CHANNEL};
+use crate::store::move_step::{self, StepEnd};
 use crate::store::{
     ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureClassCount, FailureRecord,
     InsertedMessage, MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams,
-    MessageInsertParams, MessageNackParams, MessagePeekParams, MessageReceiveParams,
-    MoveDestination, MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter,
-    MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome,
-    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
-    QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage,
-    from_json, to_json,
+    MessageInsertParams, MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveFilter,
+    MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord,
+    MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams,
+    QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueStats,
+    QueueStatsParams, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage, from_json,
+    to_json,
 };
 
 /// Most messages one receive expires or dead-letters (as on the embedded store).
@@ -417,38 +418,44 @@ pub(super) async fn message_insert_batch(
         .ok_or(StoreError::QueueNotFound {
             queue_id: params.queue_id,
         })?;
-    let inserted = if fifo {
-        fifo::insert_batch(connection, params).await?
-    } else {
-        insert_standard(connection, params).await?
-    };
+    if !fifo {
+        return insert_standard(connection, params).await;
+    }
+    let inserted = fifo::insert_batch(connection, params).await?;
     if inserted.iter().any(|message| !message.duplicate) {
         announce_messages(connection, params.queue_id).await?;
     }
     Ok(inserted)
 }
 
-/// A standard queue's batch in one statement; sequence numbers come in
-/// send order, as the batch's order is the order of the arrays.
-async fn insert_standard(
-    connection: &mut PgConnection,
+/// A standard queue's batch in one statement, which also holds the queue's
+/// row against a concurrent DeleteQueue and announces the arrival: alone it
+/// is a whole transaction (one round trip). Sequence numbers follow the
+/// batch's order, as the insert follows `position`.
+pub(super) async fn insert_standard(
+    executor: impl sqlx::PgExecutor<'_>,
     params: &MessageInsertParams,
 ) -> Result<Vec<InsertedMessage>, StoreError> {
     let messages = &params.messages;
     let column = |pick: fn(&crate::store::NewMessage) -> Option<String>| -> Vec<Option<String>> {
         messages.iter().map(pick).collect()
     };
-    let seqs: Vec<i64> = sqlx::query_scalar(
-        "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
-             md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at)
-         SELECT $1, message_id, body, attributes, md5_of_body, md5_of_attributes, trace_header,
-             group_id, sender_id, sent_at, visible_at
-         FROM UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-                     $8::text[], $9::text[], $10::bigint[], $11::bigint[])
-             WITH ORDINALITY AS batch(message_id, body, attributes, md5_of_body,
-                 md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at, position)
-         ORDER BY position
-         RETURNING seq",
+    let mut seqs: Vec<i64> = sqlx::query_scalar(
+        "WITH queue AS (SELECT id FROM queues WHERE id = $1 FOR KEY SHARE),
+         inserted AS (
+             INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
+                 md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at)
+             SELECT queue.id, message_id, body, attributes, md5_of_body, md5_of_attributes,
+                 trace_header, group_id, sender_id, sent_at, visible_at
+             FROM queue, UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+                         $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[])
+                 WITH ORDINALITY AS batch(message_id, body, attributes, md5_of_body,
+                     md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at,
+                     position)
+             ORDER BY position
+             RETURNING seq)
+         SELECT inserted.seq FROM inserted,
+             LATERAL (SELECT pg_notify('ackbox_messages', $1::text)) AS announced",
     )
     .bind(params.queue_id)
     .bind(column(|message| Some(message.message_id.clone())))
@@ -461,18 +468,26 @@ async fn insert_standard(
     .bind(column(|message| message.trace_header.clone()))
     .bind(column(|message| message.group_id.clone()))
     .bind(column(|message| Some(message.sender_id.clone())))
-    .bind(messages.iter().map(|message| message.sent_at).collect::<Vec<_>>())
+    .bind(
+        messages
+            .iter()
+            .map(|message| message.sent_at)
+            .collect::<Vec<_>>(),
+    )
     .bind(
         messages
             .iter()
             .map(|message| message.visible_at)
             .collect::<Vec<_>>(),
     )
-    .fetch_all(&mut *connection)
+    .fetch_all(executor)
     .await
     .map_err(postgres_error("message_insert_batch: insert"))?;
-    let mut seqs = seqs;
-    // RETURNING follows insertion order, which follows ORDER BY position.
+    if seqs.len() != messages.len() {
+        return Err(StoreError::QueueNotFound {
+            queue_id: params.queue_id,
+        });
+    }
     seqs.sort_unstable();
     Ok(messages
         .iter()
@@ -483,6 +498,91 @@ async fn insert_standard(
             duplicate: false,
         })
         .collect())
+}
+
+/// A standard queue's receive when no message can need dead-lettering
+/// (the queue has no dead-letter queue) and no attempt id is involved: one
+/// statement picks the oldest visible rows no other receive holds, drops
+/// the expired ones and leases the rest. Alone it is a whole transaction.
+pub(super) async fn receive_standard_at_once(
+    pool: &PgPool,
+    params: &MessageReceiveParams,
+) -> Result<ReceiveOutcome, StoreError> {
+    let wanted = params.max_messages as usize;
+    let mut outcome = ReceiveOutcome::default();
+    // Expired rows fill a round without filling the receive; a few more
+    // rounds reach past them (the sweeper removes the rest).
+    for _ in 0..4 {
+        let rows = sqlx::query(concat!(
+            "WITH picked AS (
+                 SELECT seq AS picked_seq, sent_at AS picked_sent_at, visible_at AS was_visible_at,
+                        receive_count AS was_received
+                 FROM messages
+                 WHERE queue_id = $1 AND visible_at <= $2 AND seq <> ALL($6)
+                 ORDER BY visible_at, receive_count, seq
+                 LIMIT $3
+                 FOR UPDATE SKIP LOCKED),
+             expired AS (
+                 DELETE FROM messages USING picked
+                 WHERE messages.seq = picked.picked_seq AND picked.picked_sent_at <= $4
+                 RETURNING messages.seq),
+             leased AS (
+                 UPDATE messages
+                 SET visible_at = $5, receive_count = messages.receive_count + 1,
+                     first_received_at = COALESCE(messages.first_received_at, $2),
+                     last_received_at = $2
+                 FROM picked
+                 WHERE messages.seq = picked.picked_seq AND picked.picked_sent_at > $4
+                 RETURNING ",
+            message_columns!(),
+            ")
+             -- One row even when nothing was leased, to carry the count.
+             SELECT leased.*, (SELECT COUNT(*) FROM expired) AS expired
+             FROM (SELECT 1) AS always
+             LEFT JOIN (leased JOIN picked ON picked.picked_seq = leased.seq) ON TRUE
+             ORDER BY picked.was_visible_at, picked.was_received, leased.seq"
+        ))
+        .bind(params.queue_id)
+        .bind(params.now)
+        .bind((wanted - outcome.messages.len()) as i64)
+        .bind(params.expired_at_or_before)
+        .bind(params.visible_at)
+        // A zero lease leaves a message visible: a later round must not
+        // return it again.
+        .bind(
+            outcome
+                .messages
+                .iter()
+                .map(|message| message.seq)
+                .collect::<Vec<_>>(),
+        )
+        .fetch_all(pool)
+        .await
+        .map_err(postgres_error("message_receive: lease"))?;
+        let mut expired = 0;
+        for row in &rows {
+            let decode = |error| postgres_error("message_receive: decode")(error);
+            expired = row.try_get::<i64, _>("expired").map_err(decode)?;
+            if row.try_get::<Option<i64>, _>(0).map_err(decode)?.is_some() {
+                outcome.messages.push(message_from_row(row)?.message);
+            }
+        }
+        outcome.expired += expired.unsigned_abs();
+        if expired == 0 || outcome.messages.len() >= wanted {
+            break;
+        }
+    }
+    if outcome.messages.is_empty() {
+        outcome.next_visible_at = sqlx::query_scalar(
+            "SELECT MIN(visible_at) FROM messages WHERE queue_id = $1 AND visible_at > $2",
+        )
+        .bind(params.queue_id)
+        .bind(params.now)
+        .fetch_one(pool)
+        .await
+        .map_err(postgres_error("message_receive: next visible"))?;
+    }
+    Ok(outcome)
 }
 
 /// Columns [`message_from_row`] decodes, in its order.
@@ -725,9 +825,22 @@ pub(super) async fn message_delete_batch(
         fifo::lock_queue(connection, params.queue_id).await?;
         return fifo::delete_batch(connection, params).await;
     }
-    // A handle deletes its own lease's message, or a message nobody holds
-    // now; never a message another consumer received after it. Rows are
-    // taken in sequence order, so two overlapping batches cannot deadlock.
+    // Standard queues go through [`delete_standard`]; a queue that is gone
+    // took its messages with it.
+    Ok(vec![DeleteOutcome::AlreadyGone; params.leases.len()])
+}
+
+/// DeleteMessageBatch on a standard queue: a handle deletes its own lease's
+/// message, or a message nobody holds now; never a message another consumer
+/// received after it. One statement, taking rows in sequence order, so two
+/// overlapping batches cannot deadlock; a second read only classifies the
+/// handles that deleted nothing.
+pub(super) async fn delete_standard(
+    pool: &PgPool,
+    params: &MessageDeleteParams,
+) -> Result<Vec<DeleteOutcome>, StoreError> {
+    let seqs: Vec<i64> = params.leases.iter().map(|lease| lease.seq).collect();
+    let generations: Vec<i64> = params.leases.iter().map(|lease| lease.lease).collect();
     let deleted: Vec<i64> = sqlx::query_scalar(
         "DELETE FROM messages AS message
          USING (SELECT * FROM UNNEST($2::bigint[], $3::bigint[]) AS lease(seq, generation)
@@ -737,28 +850,15 @@ pub(super) async fn message_delete_batch(
          RETURNING message.seq",
     )
     .bind(params.queue_id)
-    .bind(
-        params
-            .leases
-            .iter()
-            .map(|lease| lease.seq)
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        params
-            .leases
-            .iter()
-            .map(|lease| lease.lease)
-            .collect::<Vec<_>>(),
-    )
+    .bind(&seqs)
+    .bind(&generations)
     .bind(params.now)
-    .fetch_all(&mut *connection)
+    .fetch_all(pool)
     .await
     .map_err(postgres_error("message_delete_batch: delete"))?;
-    let remaining: Vec<i64> = params
-        .leases
+    let remaining: Vec<i64> = seqs
         .iter()
-        .map(|lease| lease.seq)
+        .copied()
         .filter(|seq| !deleted.contains(seq))
         .collect();
     let held: Vec<i64> = if remaining.is_empty() {
@@ -767,7 +867,7 @@ pub(super) async fn message_delete_batch(
         sqlx::query_scalar("SELECT seq FROM messages WHERE seq = ANY($1) AND queue_id = $2")
             .bind(&remaining)
             .bind(params.queue_id)
-            .fetch_all(&mut *connection)
+            .fetch_all(pool)
             .await
             .map_err(postgres_error("message_delete_batch: exists"))?
     };
@@ -1177,31 +1277,17 @@ pub(super) async fn move_task_step(
     let mut outcome = MoveTaskStepOutcome::default();
     let mut last_seq = cursor;
     let brake = relapse_brake(connection, &params.handle, source_queue_id).await?;
-    let mut failure = None;
-    let mut held = false;
-    let mut quota_reached = false;
-    let mut sample_reached = false;
+    let mut end = StepEnd {
+        brake,
+        candidates: candidates.len(),
+        limit: params.limit,
+        ..StepEnd::default()
+    };
     for candidate in &candidates {
-        if failure.is_some() || brake.is_some() {
+        if end.stops_before_next(filter, record.moved + outcome.moved as i64) {
             break;
         }
-        let moved_so_far = record.moved + outcome.moved as i64;
-        if filter.max_messages.is_some_and(|max| moved_so_far >= max) {
-            quota_reached = true;
-            break;
-        }
-        if filter.sample.is_some_and(|sample| moved_so_far >= sample) {
-            sample_reached = true;
-            break;
-        }
-        let matches = filter
-            .class
-            .as_ref()
-            .is_none_or(|class| candidate.failure_class.as_ref() == Some(class))
-            && filter
-                .sent_before
-                .is_none_or(|before| candidate.sent_at <= before);
-        if !matches {
+        if !filter.admits(candidate.failure_class.as_ref(), candidate.sent_at) {
             skipped += 1;
             last_seq = candidate.seq;
             continue;
@@ -1215,32 +1301,16 @@ pub(super) async fn move_task_step(
             continue;
         };
         if visible_at > params.now {
-            held = true;
+            end.held = true;
             break;
         }
-        let destination = match &params.destination {
-            MoveDestination::Queue(queue_id) => Some(*queue_id),
-            MoveDestination::OriginalSource(by_arn) => candidate
-                .source_arn
-                .as_ref()
-                .and_then(|arn| by_arn.get(arn).copied()),
-            MoveDestination::Gone => None,
-        };
-        let destination = match destination {
+        let destination = match params.destination.queue_for(candidate.source_arn.as_ref()) {
             Some(queue_id) if queue_exists(connection, queue_id).await? => queue_id,
             _ => {
-                failure = Some(match &params.destination {
-                    MoveDestination::Queue(_) | MoveDestination::Gone => {
-                        "The destination queue no longer exists; the remaining messages stay in \
-                         the dead-letter queue."
-                            .to_owned()
-                    }
-                    MoveDestination::OriginalSource(_) => format!(
-                        "The original source queue of a message ({}) no longer exists; it and the \
-                         remaining messages stay in the dead-letter queue.",
-                        candidate.source_arn.as_deref().unwrap_or("unknown")
-                    ),
-                });
+                end.failure = Some(move_step::destination_gone(
+                    &params.destination,
+                    candidate.source_arn.as_deref(),
+                ));
                 break;
             }
         };
@@ -1263,27 +1333,8 @@ pub(super) async fn move_task_step(
         }
         last_seq = candidate.seq;
     }
-    let exhausted = failure.is_none()
-        && brake.is_none()
-        && !held
-        && !sample_reached
-        && (quota_reached || (candidates.len() as u32) < params.limit);
-    let status = match (&failure, exhausted) {
-        (Some(_), _) => "FAILED",
-        (None, _) if brake.is_some() => {
-            failure = brake;
-            "PAUSED"
-        }
-        (None, true) => "COMPLETED",
-        (None, false) if sample_reached => {
-            failure = Some(format!(
-                "Paused after a sample of {} moved messages: review them, then resume the task.",
-                record.moved + outcome.moved as i64
-            ));
-            "PAUSED"
-        }
-        (None, false) => "RUNNING",
-    };
+    end.moved_total = record.moved + outcome.moved as i64;
+    let (status, failure) = end.conclude();
     sqlx::query(
         "UPDATE move_tasks SET cursor_seq = $2, moved = moved + $3, status = $4,
              failure_reason = $5,
@@ -1307,11 +1358,8 @@ pub(super) async fn move_task_step(
     Ok(outcome)
 }
 
-/// Relapses above this share of the moved messages stop a move task.
-const RELAPSE_LIMIT_PERCENT: i64 = 10;
-/// The brake judges only after this many messages have moved.
-const RELAPSE_MIN_MOVED: i64 = 10;
-
+/// Judges the relapse brake ([`move_step::relapse_brake`]) from what the
+/// task moved and what came back since its last resume.
 async fn relapse_brake(
     connection: &mut PgConnection,
     handle: &str,
@@ -1324,10 +1372,6 @@ async fn relapse_brake(
     .fetch_one(&mut *connection)
     .await
     .map_err(postgres_error("relapse_brake: moved"))?;
-    let moved_since = moved - base_moved;
-    if moved_since < RELAPSE_MIN_MOVED {
-        return Ok(None);
-    }
     let relapsed: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM messages WHERE queue_id = $1 AND redriven_by_task = $2",
     )
@@ -1336,14 +1380,10 @@ async fn relapse_brake(
     .fetch_one(&mut *connection)
     .await
     .map_err(postgres_error("relapse_brake: relapsed"))?;
-    let relapsed_since = relapsed - base_count;
-    Ok((relapsed_since * 100 > RELAPSE_LIMIT_PERCENT * moved_since).then(|| {
-        format!(
-            "Relapse brake: {relapsed_since} of the {moved_since} messages this task moved came back \
-             to the dead-letter queue while it ran (more than {RELAPSE_LIMIT_PERCENT}%); the task \
-             paused. Fix the cause, then resume it, or cancel it."
-        )
-    }))
+    Ok(move_step::relapse_brake(
+        moved - base_moved,
+        relapsed - base_count,
+    ))
 }
 
 pub(super) async fn move_task_resume(

@@ -58,18 +58,13 @@ pub(crate) fn refresh_group(
                 .collect()
         })
         .map_err(database_error("fifo group: front"))?;
-    let Some(&(head_seq, head_visible_at, _)) = front.first() else {
+    let Some((head_seq, available_at)) = crate::store::group_availability(&front) else {
         return connection
             .prepare_cached("DELETE FROM fifo_groups WHERE queue_id = ?1 AND group_id = ?2")
             .and_then(|mut delete| delete.execute(params![queue_id, group_id]))
             .map(drop)
             .map_err(database_error("fifo group: drop"));
     };
-    let available_at = front
-        .iter()
-        .filter(|(_, _, receive_count)| *receive_count > 0)
-        .map(|(_, visible_at, _)| *visible_at)
-        .fold(head_visible_at, i64::max);
     connection
         .prepare_cached(
             "INSERT INTO fifo_groups (queue_id, group_id, available_at, head_seq)

@@ -54,15 +54,8 @@ pub(crate) fn migrate(connection: &mut Connection) -> Result<(), StoreError> {
             |row| row.get(0),
         )
         .map_err(database_error("read schema version"))?;
-    if let Some((newest, _, _)) = MIGRATIONS.last()
-        && applied > *newest
-    {
-        return Err(StoreError::Corrupt {
-            detail: format!(
-                "the database schema is version {applied}, newer than this binary's {newest}; \
-                 upgrade ackbox instead of downgrading"
-            ),
-        });
+    if let Some((newest, _, _)) = MIGRATIONS.last() {
+        crate::store::refuse_newer_schema(applied, *newest)?;
     }
     for (version, name, sql) in MIGRATIONS.iter().filter(|(version, ..)| *version > applied) {
         let transaction = connection

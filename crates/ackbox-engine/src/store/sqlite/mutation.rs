@@ -9,14 +9,14 @@ use std::collections::BTreeMap;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::fifo::{self, TouchedGroups};
+use crate::store::move_step::{self, StepEnd};
 use crate::store::{
     ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureRecord, InsertedMessage,
     MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams, MessageInsertParams,
-    MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveDestination, MoveFilter,
-    MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome,
-    MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
-    QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueUpdateParams, ReceiveOutcome,
-    StoreError, StoredMessage, from_json, to_json,
+    MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome,
+    MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome,
+    QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams,
+    QueueRecord, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage, from_json, to_json,
 };
 
 /// Most messages one receive expires or dead-letters; later receives and the
@@ -990,76 +990,41 @@ pub(crate) fn move_task_step(
     let mut last_seq = cursor;
     // Judged before moving more: a relapsing task must not feed the loop.
     let brake = relapse_brake(connection, &params.handle, source_queue_id)?;
-    let mut failure = None;
-    let mut held = false;
-    let mut quota_reached = false;
-    let mut sample_reached = false;
+    let mut end = StepEnd {
+        brake,
+        candidates: candidates.len(),
+        limit: params.limit,
+        ..StepEnd::default()
+    };
     for candidate in &candidates {
-        if failure.is_some() || brake.is_some() {
+        if end.stops_before_next(filter, record.moved + outcome.moved as i64) {
             break;
         }
-        if filter
-            .max_messages
-            .is_some_and(|max| record.moved + outcome.moved as i64 >= max)
-        {
-            quota_reached = true;
-            break;
-        }
-        if filter
-            .sample
-            .is_some_and(|sample| record.moved + outcome.moved as i64 >= sample)
-        {
-            sample_reached = true;
-            break;
-        }
-        let (seq, source_arn) = (&candidate.seq, &candidate.source_arn);
-        let matches = filter
-            .class
-            .as_ref()
-            .is_none_or(|class| candidate.failure_class.as_ref() == Some(class))
-            && filter
-                .sent_before
-                .is_none_or(|before| candidate.sent_at <= before);
-        if !matches {
+        if !filter.admits(candidate.failure_class.as_ref(), candidate.sent_at) {
             skipped += 1;
-            last_seq = *seq;
+            last_seq = candidate.seq;
             continue;
         }
         // A message someone is working on in the dead-letter queue stays
         // theirs: the task waits at it until the lease ends or it is deleted.
         if candidate.visible_at > params.now {
-            held = true;
+            end.held = true;
             break;
         }
-        let destination = match &params.destination {
-            MoveDestination::Queue(queue_id) => Some(*queue_id),
-            MoveDestination::OriginalSource(by_arn) => {
-                source_arn.as_ref().and_then(|arn| by_arn.get(arn).copied())
-            }
-            MoveDestination::Gone => None,
-        };
-        let destination = match destination {
+        let destination = match params.destination.queue_for(candidate.source_arn.as_ref()) {
             Some(queue_id) if queue_exists(connection, queue_id)? => queue_id,
             _ => {
-                failure = Some(match &params.destination {
-                    MoveDestination::Queue(_) | MoveDestination::Gone => {
-                        "The destination queue no longer exists; the remaining \
-                                                  messages stay in the dead-letter queue."
-                            .to_owned()
-                    }
-                    MoveDestination::OriginalSource(_) => format!(
-                        "The original source queue of a message ({}) no longer exists; it and the \
-                         remaining messages stay in the dead-letter queue.",
-                        source_arn.as_deref().unwrap_or("unknown")
-                    ),
-                });
+                end.failure = Some(move_step::destination_gone(
+                    &params.destination,
+                    candidate.source_arn.as_deref(),
+                ));
                 break;
             }
         };
         // A redriven message starts over: fresh lease history, visible now.
         relocate(
             connection,
-            *seq,
+            candidate.seq,
             &Relocation {
                 queue_id: destination,
                 visible_at: params.now,
@@ -1073,31 +1038,10 @@ pub(crate) fn move_task_step(
         if !outcome.destinations.contains(&destination) {
             outcome.destinations.push(destination);
         }
-        last_seq = *seq;
+        last_seq = candidate.seq;
     }
-    let exhausted = failure.is_none()
-        && brake.is_none()
-        && !held
-        && !sample_reached
-        && (quota_reached || (candidates.len() as u32) < params.limit);
-    let status = match (&failure, exhausted) {
-        (Some(_), _) => "FAILED",
-        // Relapsing: stop feeding the loop until someone fixes the cause.
-        (None, _) if brake.is_some() => {
-            failure = brake;
-            "PAUSED"
-        }
-        (None, true) => "COMPLETED",
-        // A sample is taken: stop for review until someone resumes the task.
-        (None, false) if sample_reached => {
-            failure = Some(format!(
-                "Paused after a sample of {} moved messages: review them, then resume the task.",
-                record.moved + outcome.moved as i64
-            ));
-            "PAUSED"
-        }
-        (None, false) => "RUNNING",
-    };
+    end.moved_total = record.moved + outcome.moved as i64;
+    let (status, failure) = end.conclude();
     connection
         .prepare_cached(
             "UPDATE move_tasks SET cursor_seq = ?2, moved = moved + ?3, status = ?4,
@@ -1130,9 +1074,8 @@ struct Candidate {
     sent_at: i64,
 }
 
-/// The relapse brake: when more than [`RELAPSE_LIMIT_PERCENT`] of the
-/// messages a task moved are back in the dead-letter queue while it runs, the
-/// cause is not fixed, and moving the rest would only feed the loop.
+/// Judges the relapse brake ([`move_step::relapse_brake`]) from what the
+/// task moved and what came back since its last resume.
 fn relapse_brake(
     connection: &Connection,
     handle: &str,
@@ -1142,38 +1085,17 @@ fn relapse_brake(
         .prepare_cached("SELECT moved, relapse_base_moved, relapse_base_count FROM move_tasks WHERE handle = ?1")
         .and_then(|mut select| select.query_row([handle], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?))))
         .map_err(database_error("relapse_brake: moved"))?;
-    let moved_since = moved - base_moved;
-    if moved_since < RELAPSE_MIN_MOVED {
-        return Ok(None);
-    }
-    let relapsed_since = relapse_count(connection, handle, source_queue_id)? - base_count;
-    Ok((relapsed_since * 100 > RELAPSE_LIMIT_PERCENT * moved_since).then(|| {
-        format!(
-            "Relapse brake: {relapsed_since} of the {moved_since} messages this task moved came back \
-             to the dead-letter queue while it ran (more than {RELAPSE_LIMIT_PERCENT}%); the task \
-             paused. Fix the cause, then resume it, or cancel it."
-        )
-    }))
-}
-
-/// Messages a task moved that are back in its dead-letter queue.
-fn relapse_count(
-    connection: &Connection,
-    handle: &str,
-    source_queue_id: i64,
-) -> Result<i64, StoreError> {
-    connection
+    let relapsed: i64 = connection
         .prepare_cached(
             "SELECT COUNT(*) FROM messages WHERE queue_id = ?1 AND redriven_by_task = ?2",
         )
         .and_then(|mut select| select.query_row(params![source_queue_id, handle], |row| row.get(0)))
-        .map_err(database_error("relapse_brake: relapsed"))
+        .map_err(database_error("relapse_brake: relapsed"))?;
+    Ok(move_step::relapse_brake(
+        moved - base_moved,
+        relapsed - base_count,
+    ))
 }
-
-/// Relapses above this share of the moved messages stop a move task.
-const RELAPSE_LIMIT_PERCENT: i64 = 10;
-/// The brake judges only after this many messages have moved.
-const RELAPSE_MIN_MOVED: i64 = 10;
 
 pub(crate) fn move_task_resume(
     connection: &Connection,

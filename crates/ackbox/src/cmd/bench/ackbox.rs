@@ -1,7 +1,7 @@
 //! ackbox (or any SQS-API broker) as a benchmark target: SendMessageBatch,
 //! ReceiveMessage + DeleteMessageBatch over the CLI's JSON 1.0 client.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,9 +15,13 @@ use crate::api_client::ApiClient;
 /// One queue on the broker.
 #[derive(Debug, Clone)]
 pub(super) struct AckboxTarget {
+    /// The node this handle (and the producer or consumer holding it) talks to.
     client: ApiClient,
     queue_url: String,
     shape: Shape,
+    /// Every node of the installation; producers and consumers take turns.
+    nodes: Arc<[ApiClient]>,
+    next_node: Arc<AtomicUsize>,
 }
 
 impl AckboxTarget {
@@ -45,10 +49,30 @@ impl AckboxTarget {
             .context("CreateQueue returned no QueueUrl")?
             .to_owned();
         Ok(Self {
+            nodes: Arc::from([client.clone()]),
             client,
             queue_url,
             shape: Shape::new(fifo_groups),
+            next_node: Arc::default(),
         })
+    }
+
+    /// Spreads producers and consumers over these nodes of one installation
+    /// (several `ackbox serve` on one PostgreSQL store) instead of one.
+    pub(super) fn spread_over(mut self, nodes: Vec<ApiClient>) -> Self {
+        if !nodes.is_empty() {
+            self.nodes = Arc::from(nodes);
+        }
+        self
+    }
+
+    /// A copy of this handle on the next node in turn.
+    fn on_next_node(&self) -> Self {
+        let turn = self.next_node.fetch_add(1, Ordering::Relaxed);
+        Self {
+            client: self.nodes[turn % self.nodes.len()].clone(),
+            ..self.clone()
+        }
     }
 }
 
@@ -56,9 +80,11 @@ impl AckboxTarget {
     /// An existing standard queue.
     pub(super) fn open(client: ApiClient, queue_url: String) -> Self {
         Self {
+            nodes: Arc::from([client.clone()]),
             client,
             queue_url,
             shape: Shape::new(None),
+            next_node: Arc::default(),
         }
     }
 }
@@ -69,14 +95,14 @@ impl Target for AckboxTarget {
 
     async fn producer(&self) -> anyhow::Result<AckboxProducer> {
         Ok(AckboxProducer {
-            target: self.clone(),
+            target: self.on_next_node(),
             prepared: Arc::default(),
         })
     }
 
     async fn consumer(&self) -> anyhow::Result<AckboxConsumer> {
         Ok(AckboxConsumer {
-            target: self.clone(),
+            target: self.on_next_node(),
         })
     }
 

@@ -88,6 +88,11 @@ impl TargetKind {
 pub(crate) struct Args {
     #[command(flatten)]
     endpoint: EndpointArgs,
+    /// More nodes of the same installation (`ackbox serve --store
+    /// postgres://…`), comma-separated: producers and consumers are spread
+    /// over `--endpoint` and these.
+    #[arg(long, value_delimiter = ',')]
+    also_endpoint: Vec<String>,
     /// Workload to run.
     #[arg(long, value_enum, default_value_t = Workload::All)]
     workload: Workload,
@@ -421,12 +426,14 @@ async fn run_target(
     match kind {
         TargetKind::Ackbox => {
             let client = args.endpoint.client()?;
-            let target = match &args.queue {
-                Some(queue) => {
-                    ackbox::AckboxTarget::create(client, queue, args.fifo_groups).await?
-                }
-                None => ackbox::AckboxTarget::create(client, &name, args.fifo_groups).await?,
-            };
+            let mut nodes = vec![client.clone()];
+            for endpoint in &args.also_endpoint {
+                nodes.push(args.endpoint.client_for(endpoint)?);
+            }
+            let queue = args.queue.as_deref().unwrap_or(&name);
+            let target = ackbox::AckboxTarget::create(client, queue, args.fifo_groups)
+                .await?
+                .spread_over(nodes);
             let reports =
                 run_workloads(&target, kind, round, workloads, settings, args.server_pid).await;
             if args.queue.is_none() {
