@@ -4,7 +4,7 @@
 //! A shared store ([`Store::events`](crate::store::Store::events)) reports
 //! what any node changed. A changed queue is read again from the store (the
 //! source of truth), never patched from the event; messages that became
-//! receivable wake one of the queue's long pollers; when events may have been lost,
+//! receivable wake the queue's long pollers; when events may have been lost,
 //! every queue is read again and every poller woken.
 
 use std::sync::Arc;
@@ -26,7 +26,7 @@ pub(crate) fn spawn(engine: &Engine, mut events: Receiver<StoreEvent>) {
                 event = events.recv() => event,
             };
             match event {
-                Ok(StoreEvent::MessagesAvailable { queue_id }) => engine.wake_poller(queue_id),
+                Ok(StoreEvent::MessagesAvailable { queue_id }) => engine.wake_pollers(queue_id),
                 Ok(StoreEvent::QueueChanged { name }) => engine.reload_queue(&name).await,
                 Ok(StoreEvent::Missed) | Err(RecvError::Lagged(_)) => engine.reload_queues().await,
                 Err(RecvError::Closed) => break,
@@ -36,11 +36,10 @@ pub(crate) fn spawn(engine: &Engine, mut events: Receiver<StoreEvent>) {
 }
 
 impl Engine {
-    /// Wakes one long poller of the queue: one takes up to ten messages,
-    /// and waking them all on every commit of every node would turn each
-    /// send into a receive per poller. A poller that finds more than it can
-    /// take wakes no one, but the next commit or its periodic recheck does.
-    fn wake_poller(&self, queue_id: i64) {
+    /// Wakes the queue's long pollers. Waking only one per commit was
+    /// measured worse (W3 delivery p99 1.1 s instead of 0.1 s on one node):
+    /// a commit on another node may carry up to ten messages per poller.
+    fn wake_pollers(&self, queue_id: i64) {
         if let Some(queue) = self
             .inner
             .registry
@@ -48,7 +47,7 @@ impl Engine {
             .into_iter()
             .find(|queue| queue.id == queue_id)
         {
-            queue.arrivals.notify_one();
+            queue.arrivals.notify_waiters();
         }
     }
 
