@@ -89,33 +89,20 @@ struct Ledger {
     groups: BTreeMap<String, Vec<usize>>,
 }
 
+/// Creates `orders` and `orders.fifo`, both with the short lease.
 async fn create_queues(client: &Client) -> (String, String) {
-    let standard = client
-        .create_queue()
-        .queue_name("orders")
-        .attributes(
+    let mut urls = Vec::new();
+    for (name, fifo) in [("orders", false), ("orders.fifo", true)] {
+        let mut create = client.create_queue().queue_name(name).attributes(
             QueueAttributeName::VisibilityTimeout,
             LEASE_SECONDS.to_string(),
-        )
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
-    let fifo = client
-        .create_queue()
-        .queue_name("orders.fifo")
-        .attributes(QueueAttributeName::FifoQueue, "true")
-        .attributes(
-            QueueAttributeName::VisibilityTimeout,
-            LEASE_SECONDS.to_string(),
-        )
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
-    (standard, fifo)
+        );
+        if fifo {
+            create = create.attributes(QueueAttributeName::FifoQueue, "true");
+        }
+        urls.push(create.send().await.unwrap().queue_url.unwrap());
+    }
+    (urls.remove(0), urls.remove(0))
 }
 
 /// Sends until acknowledged, moving to the next node after a failure.
