@@ -70,6 +70,9 @@ pub(crate) struct Inner {
     /// Serialises queue creation, deletion and attribute changes, so the
     /// registry and the store never disagree about which queues exist.
     pub(crate) admin: tokio::sync::Mutex<()>,
+    /// Other nodes share the store: their changes arrive as events, and
+    /// their move tasks may need adopting.
+    pub(crate) shared_store: bool,
     /// Move tasks with a runner on this node, so none gets two.
     pub(crate) move_runners: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Cancelled at shutdown: long polls return, background tasks stop.
@@ -109,6 +112,7 @@ impl Engine {
         store: Arc<dyn Store>,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, EngineError> {
+        let events = store.events();
         let registry = Registry::default();
         for record in store.queue_list().await? {
             registry.insert(Arc::new(Queue::from_record(record)?));
@@ -120,12 +124,13 @@ impl Engine {
                 config,
                 registry,
                 admin: tokio::sync::Mutex::new(()),
+                shared_store: events.is_some(),
                 move_runners: std::sync::Mutex::default(),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
             }),
         };
-        if let Some(events) = engine.inner.store.events() {
+        if let Some(events) = events {
             crate::follower::spawn(&engine, events);
         }
         reaper::spawn(&engine);

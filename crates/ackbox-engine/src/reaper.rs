@@ -27,7 +27,10 @@ pub(crate) fn spawn(engine: &Engine) {
             }
             engine.sweep_expired().await;
             engine.sweep_fifo_windows().await;
-            if let Err(error) = engine.adopt_move_tasks().await {
+            // Only another node can start a task this one does not run.
+            if engine.inner.shared_store
+                && let Err(error) = engine.adopt_move_tasks().await
+            {
                 tracing::warn!(%error, "cannot look for move tasks to run; will retry");
             }
         }

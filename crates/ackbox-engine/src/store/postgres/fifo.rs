@@ -253,27 +253,29 @@ pub(super) async fn window_expire(
     connection: &mut PgConnection,
     before: i64,
 ) -> Result<u64, StoreError> {
-    let dedup = sqlx::query(
-        "DELETE FROM fifo_dedup WHERE ctid IN (
-             SELECT ctid FROM fifo_dedup WHERE sent_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-    )
-    .bind(before)
-    .bind(WINDOW_SWEEP_CHUNK)
-    .execute(&mut *connection)
-    .await
-    .map_err(postgres_error("fifo window: dedup"))?
-    .rows_affected();
-    let attempts = sqlx::query(
-        "DELETE FROM receive_attempts WHERE ctid IN (
-             SELECT ctid FROM receive_attempts WHERE created_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-    )
-    .bind(before)
-    .bind(WINDOW_SWEEP_CHUNK)
-    .execute(&mut *connection)
-    .await
-    .map_err(postgres_error("fifo window: attempts"))?
-    .rows_affected();
-    Ok(dedup + attempts)
+    let mut forgotten = 0;
+    for (sql, operation) in [
+        (
+            "DELETE FROM fifo_dedup WHERE ctid IN (
+                 SELECT ctid FROM fifo_dedup WHERE sent_at <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+            "fifo window: dedup",
+        ),
+        (
+            "DELETE FROM receive_attempts WHERE ctid IN (
+                 SELECT ctid FROM receive_attempts WHERE created_at <= $1 LIMIT $2
+                 FOR UPDATE SKIP LOCKED)",
+            "fifo window: attempts",
+        ),
+    ] {
+        forgotten += sqlx::query(sql)
+            .bind(before)
+            .bind(WINDOW_SWEEP_CHUNK)
+            .execute(&mut *connection)
+            .await
+            .map_err(postgres_error(operation))?
+            .rows_affected();
+    }
+    Ok(forgotten)
 }
 
 /// Forgets a queue's groups, deduplication window and receive attempts.

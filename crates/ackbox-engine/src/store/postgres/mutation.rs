@@ -1110,30 +1110,31 @@ pub(super) async fn move_task_list(
     filter: MoveTaskFilter,
     limit: u32,
 ) -> Result<Vec<MoveTaskRecord>, StoreError> {
-    let (condition, value): (&str, Option<String>) = match filter {
-        MoveTaskFilter::Running => ("status = 'RUNNING'", None),
-        MoveTaskFilter::Source(arn) => ("source_arn = $2", Some(arn)),
-        MoveTaskFilter::All => ("TRUE", None),
-        MoveTaskFilter::Handle(handle) => ("handle = $2", Some(handle)),
+    // One statement for every filter: each names at most one column.
+    let (status, source_arn, handle) = match filter {
+        MoveTaskFilter::Running => (Some("RUNNING"), None, None),
+        MoveTaskFilter::Source(arn) => (None, Some(arn), None),
+        MoveTaskFilter::All => (None, None, None),
+        MoveTaskFilter::Handle(handle) => (None, None, Some(handle)),
     };
-    let sql = format!(
-        concat!(
-            "SELECT ",
-            move_task_columns!(),
-            " FROM move_tasks WHERE {} AND ($2::text IS NULL OR TRUE)
-             ORDER BY started_at DESC, created_order DESC LIMIT $1"
-        ),
-        condition
-    );
-    sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(i64::from(limit))
-        .bind(value)
-        .fetch_all(pool)
-        .await
-        .map_err(postgres_error("move_task_list"))?
-        .iter()
-        .map(move_task_record)
-        .collect()
+    sqlx::query(concat!(
+        "SELECT ",
+        move_task_columns!(),
+        " FROM move_tasks
+         WHERE ($2::text IS NULL OR status = $2) AND ($3::text IS NULL OR source_arn = $3)
+           AND ($4::text IS NULL OR handle = $4)
+         ORDER BY started_at DESC, created_order DESC LIMIT $1"
+    ))
+    .bind(i64::from(limit))
+    .bind(status)
+    .bind(source_arn)
+    .bind(handle)
+    .fetch_all(pool)
+    .await
+    .map_err(postgres_error("move_task_list"))?
+    .iter()
+    .map(move_task_record)
+    .collect()
 }
 
 pub(super) async fn move_task_create(
