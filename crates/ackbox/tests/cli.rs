@@ -557,3 +557,75 @@ async fn the_cli_speaks_https_to_a_broker_it_is_told_to_trust() {
         "a certificate no trusted authority signed is refused"
     );
 }
+
+#[test]
+fn bench_measures_every_workload_beside_a_backlog_and_leaves_only_what_it_found() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), free_port(), &[]);
+    let endpoint = server.url();
+    ok_stdout(ackbox(&endpoint, &["queue", "create", "bystander"]));
+    let pid = server.pid().to_string();
+    let output: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &[
+            "bench",
+            "--json",
+            "--workload",
+            "all",
+            "--duration",
+            "1",
+            "--rate",
+            "50",
+            "-P",
+            "2",
+            "-C",
+            "2",
+            "--backlog",
+            "300",
+            "--server-pid",
+            &pid,
+        ],
+    )))
+    .unwrap();
+    let reports = output["reports"].as_array().unwrap();
+    let workloads: Vec<&str> = reports
+        .iter()
+        .map(|report| report["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(workloads, ["W1", "W2", "W3"]);
+    for report in reports {
+        assert_eq!(report["errors"], 0, "{report}");
+        assert!(report["server_rss_mib"].as_f64().unwrap() > 1.0, "{report}");
+        assert!(
+            report["server_cpu_us_per_message"].as_f64().is_some(),
+            "{report}"
+        );
+    }
+    // W2 takes from the backlog queue what W1 added to it; each of the two
+    // consumers may take one more batch of 10 than that.
+    let (added, taken) = (
+        reports[0]["messages"].as_u64().unwrap(),
+        reports[1]["messages"].as_u64().unwrap(),
+    );
+    assert!(added > 0);
+    assert!(
+        (added..=added + 20).contains(&taken),
+        "W1 added {added}, W2 took {taken}"
+    );
+    assert_eq!(reports[2]["messages"], 50, "W3 sent 50 a second for 1 s");
+    // The bench removes the queues it made (the backlog one too).
+    let queues = ok_stdout(ackbox(&endpoint, &["queue", "list"]));
+    assert_eq!(queues.lines().collect::<Vec<_>>().len(), 1, "{queues}");
+    assert!(queues.contains("bystander"), "{queues}");
+
+    let refused = ackbox(
+        &endpoint,
+        &["bench", "--backlog", "10", "--target", "ackbox,nats"],
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--backlog"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

@@ -15,10 +15,16 @@
 //! peers are driven natively (lapin, async-nats, sqlx) at their strongest
 //! durability short of changing server settings; each states what it is.
 //!
-//! With `--server-pid` ackbox's CPU time per message is reported too. With
-//! `--fifo-groups N` ackbox's workloads run on a FIFO queue, its messages
-//! spread round-robin over N message groups, each with a unique
-//! deduplication id.
+//! With `--server-pid` ackbox's CPU time per message and resident memory are
+//! reported too. With `--fifo-groups N` ackbox's workloads run on a FIFO
+//! queue, its messages spread round-robin over N message groups, each with a
+//! unique deduplication id.
+//!
+//! With `--backlog N` (ackbox only) a queue is filled with N messages before
+//! the first round; W1 then sends to it and W2 takes as many from its head as
+//! W1 added, so it stays N deep, and W3 runs on a fresh queue of the same
+//! store. Compared with a run without, this shows whether cost grows with
+//! what is stored.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -159,6 +165,32 @@ pub(crate) struct Args {
     /// Use a FIFO queue on ackbox with messages spread over this many message groups.
     #[arg(long)]
     fifo_groups: Option<u64>,
+    /// Messages queued before the first round (ackbox only); W1 and W2 run on
+    /// that deep queue, W3 beside it.
+    #[arg(long, default_value_t = 0)]
+    backlog: u64,
+}
+
+/// Which workloads run on one queue.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    w1: bool,
+    w2: bool,
+    w3: bool,
+    /// W2 without W1 takes `--prefill` messages already queued rather than
+    /// sending them first.
+    queued: bool,
+}
+
+impl Workload {
+    fn plan(self) -> Plan {
+        Plan {
+            w1: matches!(self, Self::W1 | Self::All),
+            w2: matches!(self, Self::W2 | Self::All),
+            w3: matches!(self, Self::W3 | Self::All),
+            queued: false,
+        }
+    }
 }
 
 /// Latency percentiles in microseconds.
@@ -197,6 +229,9 @@ struct Report {
     delivery_latency: Option<Latency>,
     #[serde(skip_serializing_if = "Option::is_none")]
     server_cpu_us_per_message: Option<f64>,
+    /// The server's resident memory when the workload ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server_rss_mib: Option<f64>,
     errors: u64,
     /// What the first failed call said, so a run with errors says why.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -206,7 +241,7 @@ struct Report {
 impl Report {
     fn print(&self) {
         println!(
-            "{:<8} {:<3} {:>9} msgs in {:>6.2}s = {:>9.0} msg/s | p50 {:>6}µs p99 {:>6}µs max {:>7}µs{}{}{}",
+            "{:<8} {:<3} {:>9} msgs in {:>6.2}s = {:>9.0} msg/s | p50 {:>6}µs p99 {:>6}µs max {:>7}µs{}{}{}{}",
             self.target,
             self.workload,
             self.messages,
@@ -225,6 +260,8 @@ impl Report {
                 .map_or(String::new(), |cpu| format!(
                     " | server {cpu:.1} µs CPU/msg"
                 )),
+            self.server_rss_mib
+                .map_or(String::new(), |rss| format!(", RSS {rss:.0} MiB")),
             if self.errors > 0 {
                 format!(
                     " | {} errors, first: {}",
@@ -324,6 +361,26 @@ impl CpuMeter {
         let used = process_cpu_us(pid)?.saturating_sub(self.start_us);
         Ok((messages > 0).then(|| used as f64 / messages as f64))
     }
+
+    /// The server's resident set now, from `/proc/<pid>/status`.
+    fn rss_mib(&self) -> anyhow::Result<Option<f64>> {
+        let Some(pid) = self.pid else { return Ok(None) };
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .with_context(|| format!("reading /proc/{pid}/status"))?;
+        let kib = status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmRSS:"))
+            .and_then(|value| {
+                value
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .with_context(|| format!("no VmRSS in /proc/{pid}/status"))?;
+        Ok(Some(kib / 1_024.0))
+    }
 }
 
 fn progress(hidden: bool, label: &str, length: Option<u64>) -> ProgressBar {
@@ -355,6 +412,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     }
     let mut targets = args.target.clone();
     targets.dedup();
+    if args.backlog > 0
+        && (targets != [TargetKind::Ackbox] || args.fifo_groups.is_some() || args.queue.is_some())
+    {
+        bail!(
+            "--backlog runs on ackbox's standard queues; drop --target, --fifo-groups and --queue"
+        );
+    }
     if args.workload == Workload::Redrive {
         if args.fifo_groups.is_some() || targets != [TargetKind::Ackbox] {
             bail!(
@@ -382,18 +446,28 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         prefill: args.prefill,
         quiet: args.endpoint.json,
     };
+    let deep = if args.backlog > 0 {
+        let deep = ackbox_target(&args, &fresh_name("backlog", 0)).await?;
+        prefill(&deep, settings.body_size, args.backlog).await?;
+        Some(deep)
+    } else {
+        None
+    };
     let mut reports = Vec::new();
     for round in 0..args.rounds {
         // Each round starts with another target, so none always runs first
         // (on a fresh page cache) or last (after the others' compactions).
         for offset in 0..targets.len() {
             let kind = targets[(round + offset) % targets.len()];
-            let done = run_target(kind, &args, &settings, round).await?;
+            let done = run_target(kind, &args, &settings, round, deep.as_ref()).await?;
             if !args.endpoint.json {
                 done.iter().for_each(Report::print);
             }
             reports.extend(done);
         }
+    }
+    if let Some(deep) = &deep {
+        remove(deep, TargetKind::Ackbox).await;
     }
     if args.endpoint.json {
         println!(
@@ -401,7 +475,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             serde_json::to_string_pretty(&json!({ "reports": reports }))?
         );
     } else if args.rounds > 1 || targets.len() > 1 || args.markdown {
-        print_summary(&targets, &reports, args.rounds, args.markdown);
+        print_summary(&targets, &reports, args.rounds, args.backlog, args.markdown);
     }
     Ok(())
 }
@@ -415,27 +489,52 @@ fn fresh_name(prefix: &str, round: usize) -> String {
     format!("{prefix}_{}_{stamp}_{round}", std::process::id())
 }
 
+/// Queue `name` on ackbox, its producers and consumers spread over every node.
+async fn ackbox_target(args: &Args, name: &str) -> anyhow::Result<ackbox::AckboxTarget> {
+    let client = args.endpoint.client()?;
+    let mut nodes = vec![client.clone()];
+    for endpoint in &args.also_endpoint {
+        nodes.push(args.endpoint.client_for(endpoint)?);
+    }
+    Ok(ackbox::AckboxTarget::create(client, name, args.fifo_groups)
+        .await?
+        .spread_over(nodes))
+}
+
 async fn run_target(
     kind: TargetKind,
     args: &Args,
     settings: &Settings,
     round: usize,
+    deep: Option<&ackbox::AckboxTarget>,
 ) -> anyhow::Result<Vec<Report>> {
     let name = fresh_name("bench", round);
-    let workloads = args.workload;
+    let plan = args.workload.plan();
     match kind {
         TargetKind::Ackbox => {
-            let client = args.endpoint.client()?;
-            let mut nodes = vec![client.clone()];
-            for endpoint in &args.also_endpoint {
-                nodes.push(args.endpoint.client_for(endpoint)?);
-            }
             let queue = args.queue.as_deref().unwrap_or(&name);
-            let target = ackbox::AckboxTarget::create(client, queue, args.fifo_groups)
-                .await?
-                .spread_over(nodes);
-            let reports =
-                run_workloads(&target, kind, round, workloads, settings, args.server_pid).await;
+            let target = ackbox_target(args, queue).await?;
+            let pid = args.server_pid;
+            let reports = match deep {
+                Some(deep) => {
+                    let on_deep = Plan {
+                        w3: false,
+                        queued: true,
+                        ..plan
+                    };
+                    let beside = Plan {
+                        w1: false,
+                        w2: false,
+                        ..plan
+                    };
+                    let mut reports =
+                        run_workloads(deep, kind, round, on_deep, settings, pid).await?;
+                    reports
+                        .extend(run_workloads(&target, kind, round, beside, settings, pid).await?);
+                    Ok(reports)
+                }
+                None => run_workloads(&target, kind, round, plan, settings, pid).await,
+            };
             if args.queue.is_none() {
                 remove(&target, kind).await;
             }
@@ -443,13 +542,13 @@ async fn run_target(
         }
         TargetKind::Rabbitmq => {
             let target = rabbitmq::RabbitMqTarget::create(&args.amqp_url, &name).await?;
-            let reports = run_workloads(&target, kind, round, workloads, settings, None).await;
+            let reports = run_workloads(&target, kind, round, plan, settings, None).await;
             remove(&target, kind).await;
             reports
         }
         TargetKind::Nats => {
             let target = nats::NatsTarget::create(&args.nats_url, &name).await?;
-            let reports = run_workloads(&target, kind, round, workloads, settings, None).await;
+            let reports = run_workloads(&target, kind, round, plan, settings, None).await;
             remove(&target, kind).await;
             reports
         }
@@ -457,7 +556,7 @@ async fn run_target(
             let workers = u32::try_from(settings.producers.max(settings.consumers)).unwrap_or(64);
             let target =
                 postgres::PostgresTarget::create(&args.postgres_url, &name, workers).await?;
-            let reports = run_workloads(&target, kind, round, workloads, settings, None).await;
+            let reports = run_workloads(&target, kind, round, plan, settings, None).await;
             remove(&target, kind).await;
             reports
         }
@@ -477,7 +576,7 @@ async fn run_workloads<T: Target>(
     target: &T,
     kind: TargetKind,
     round: usize,
-    workload: Workload,
+    plan: Plan,
     settings: &Settings,
     server_pid: Option<u32>,
 ) -> anyhow::Result<Vec<Report>> {
@@ -487,20 +586,21 @@ async fn run_workloads<T: Target>(
         round,
         ..report
     };
-    let runs_w1 = matches!(workload, Workload::W1 | Workload::All);
-    if runs_w1 {
+    if plan.w1 {
         reports.push(label(produce(target, settings, server_pid).await?));
     }
-    if matches!(workload, Workload::W2 | Workload::All) {
-        let backlog = if runs_w1 {
+    if plan.w2 {
+        let backlog = if plan.w1 {
             reports[0].messages
         } else {
-            prefill(target, settings.body_size, settings.prefill).await?;
+            if !plan.queued {
+                prefill(target, settings.body_size, settings.prefill).await?;
+            }
             settings.prefill
         };
         reports.push(label(consume(target, settings, backlog, server_pid).await?));
     }
-    if matches!(workload, Workload::W3 | Workload::All) {
+    if plan.w3 {
         reports.push(label(latency(target, settings, server_pid).await?));
     }
     Ok(reports)
@@ -533,10 +633,10 @@ fn report(
     seconds: f64,
     request_latency: &Histogram<u64>,
     delivery_latency: Option<&Histogram<u64>>,
-    server_cpu_us_per_message: Option<f64>,
+    server: &CpuMeter,
     errors: &Errors,
-) -> Report {
-    Report {
+) -> anyhow::Result<Report> {
+    Ok(Report {
         target: "",
         round: 0,
         workload,
@@ -545,14 +645,15 @@ fn report(
         messages_per_second: messages as f64 / seconds,
         request_latency: Latency::of(request_latency),
         delivery_latency: delivery_latency.map(Latency::of),
-        server_cpu_us_per_message,
+        server_cpu_us_per_message: server.per_message(messages)?,
+        server_rss_mib: server.rss_mib()?,
         errors: errors.count.load(Ordering::Relaxed),
         first_error: errors
             .first
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone(),
-    }
+    })
 }
 
 async fn produce<T: Target>(
@@ -657,15 +758,7 @@ async fn finish_throughput(
     let seconds = started.elapsed().as_secs_f64();
     bar.finish_and_clear();
     let messages = done.load(Ordering::Relaxed);
-    Ok(report(
-        workload,
-        messages,
-        seconds,
-        &histogram,
-        None,
-        cpu.per_message(messages)?,
-        errors,
-    ))
+    report(workload, messages, seconds, &histogram, None, cpu, errors)
 }
 
 async fn latency<T: Target>(
@@ -778,16 +871,15 @@ async fn latency<T: Target>(
     bar.finish_and_clear();
     let acknowledged = acknowledged.lock().await;
     let delivered = delivered.lock().await;
-    let messages = acknowledged.len();
-    Ok(report(
+    report(
         "W3",
-        messages,
+        acknowledged.len(),
         seconds,
         &acknowledged,
         Some(&delivered),
-        cpu.per_message(messages)?,
+        &cpu,
         &errors,
-    ))
+    )
 }
 
 fn median(mut values: Vec<f64>) -> Option<f64> {
@@ -842,7 +934,13 @@ fn durability(kind: TargetKind) -> &'static str {
     }
 }
 
-fn print_summary(targets: &[TargetKind], reports: &[Report], rounds: usize, markdown: bool) {
+fn print_summary(
+    targets: &[TargetKind],
+    reports: &[Report],
+    rounds: usize,
+    backlog: u64,
+    markdown: bool,
+) {
     let summaries: BTreeMap<TargetKind, Summary> = targets
         .iter()
         .map(|&kind| (kind, summarize(reports, kind.name())))
@@ -880,7 +978,11 @@ fn print_summary(targets: &[TargetKind], reports: &[Report], rounds: usize, mark
             ]
         })
         .collect();
-    println!("\nmedians of {rounds} round(s):");
+    if backlog > 0 {
+        println!("\nmedians of {rounds} round(s), {backlog} messages queued beforehand:");
+    } else {
+        println!("\nmedians of {rounds} round(s):");
+    }
     if markdown {
         println!("| {} |", header.join(" | "));
         println!("|{}", "---|".repeat(header.len()));
