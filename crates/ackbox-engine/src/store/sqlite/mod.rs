@@ -73,6 +73,53 @@ fn open_connection(path: &Path, flags: OpenFlags) -> Result<Connection, StoreErr
     Ok(connection)
 }
 
+/// A store file at most this large that predates incremental vacuum is
+/// rebuilt with it at start; a larger one is left alone (a rebuild needs
+/// its size again in free disk and holds the start up) and a warning says how.
+const CONVERT_AT_START_MAX_BYTES: u64 = 256 * 1_048_576;
+
+/// Makes pages that drained messages free up returnable to the file system.
+///
+/// Without it a store that filled and drained keeps its size, and the next
+/// fill writes into free pages scattered over the file instead of appending:
+/// measured 15 % fewer sends and receives per second on a refilled file. The
+/// writer returns free pages while idle (see `writer.rs`). `auto_vacuum` can
+/// only be chosen before the first table exists, so an older store is rebuilt
+/// once with `VACUUM`.
+fn keep_free_pages_reclaimable(connection: &Connection, path: &Path) -> Result<(), StoreError> {
+    connection
+        .execute_batch("PRAGMA auto_vacuum = INCREMENTAL;")
+        .map_err(database_error("enable incremental vacuum"))?;
+    let mode: i64 = connection
+        .query_row("PRAGMA auto_vacuum", [], |row| row.get(0))
+        .map_err(database_error("read auto_vacuum"))?;
+    // 2 = INCREMENTAL, which a new file takes at once.
+    if mode == 2 {
+        return Ok(());
+    }
+    let bytes = std::fs::metadata(path).map_or(0, |meta| meta.len());
+    if bytes > CONVERT_AT_START_MAX_BYTES {
+        tracing::warn!(
+            path = %path.display(),
+            bytes,
+            "this store predates incremental vacuum and is too large to rebuild at start; \
+             stop ackbox and run `sqlite3 <file> 'PRAGMA auto_vacuum = INCREMENTAL; VACUUM;'` \
+             to let it shrink after drains"
+        );
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    connection
+        .execute_batch("VACUUM;")
+        .map_err(database_error("rebuild the store for incremental vacuum"))?;
+    tracing::info!(
+        bytes,
+        elapsed_ms = started.elapsed().as_millis(),
+        "rebuilt the store once so that free pages can be returned"
+    );
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the store in `data_dir`, migrates it and
     /// starts its writer.
@@ -83,6 +130,7 @@ impl SqliteStore {
         })?;
         let path = data_dir.join(DATABASE_FILE);
         let mut writer_connection = open_connection(&path, OpenFlags::default())?;
+        keep_free_pages_reclaimable(&writer_connection, &path)?;
         // synchronous=NORMAL: COMMIT does not fsync; the writer fsyncs the
         // WAL itself for groups that need it (see writer.rs). Checkpoints
         // still sync the WAL before copying it and the database after.
@@ -457,5 +505,49 @@ impl Store for SqliteStore {
         .map_err(|_| StoreError::Unavailable {
             reason: "closing the writer was cancelled",
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auto_vacuum(data_dir: &Path) -> i64 {
+        Connection::open(data_dir.join(DATABASE_FILE))
+            .unwrap()
+            .query_row("PRAGMA auto_vacuum", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn new_and_older_stores_return_free_pages() {
+        let new = tempfile::tempdir().unwrap();
+        SqliteStore::open(new.path(), Durability::Fsync)
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+        assert_eq!(auto_vacuum(new.path()), 2, "a new store is INCREMENTAL");
+
+        let older = tempfile::tempdir().unwrap();
+        Connection::open(older.path().join(DATABASE_FILE))
+            .unwrap()
+            .execute_batch(
+                "PRAGMA auto_vacuum = NONE; PRAGMA journal_mode = WAL;
+                 CREATE TABLE kept (v TEXT); INSERT INTO kept VALUES ('still here');",
+            )
+            .unwrap();
+        assert_eq!(auto_vacuum(older.path()), 0);
+        SqliteStore::open(older.path(), Durability::Fsync)
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+        assert_eq!(auto_vacuum(older.path()), 2, "an older store is rebuilt");
+        let kept: String = Connection::open(older.path().join(DATABASE_FILE))
+            .unwrap()
+            .query_row("SELECT v FROM kept", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(kept, "still here");
     }
 }

@@ -17,6 +17,11 @@
 //! makes the message visible early, which at-least-once delivery allows. A
 //! group made only of lazy jobs commits without an fsync; the next durable
 //! commit's fsync covers it, since the WAL is synced as a whole.
+//!
+//! When no job came for a while, the writer returns the file's free pages to the file
+//! system a step at a time (`PRAGMA incremental_vacuum`), so that a store that
+//! drained appends its next messages instead of scattering them over old
+//! pages. Under load it leaves them: inserts reuse them anyway.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -33,6 +38,15 @@ use crate::store::StoreError;
 const MAX_JOBS_PER_COMMIT: usize = 512;
 /// Jobs waiting for the writer at most.
 const QUEUE_CAPACITY: usize = 4_096;
+/// Free pages are left alone below this many (4 MiB of 4 KiB pages)…
+const RECLAIM_MIN_FREE_PAGES: i64 = 1_024;
+/// …or below this fraction of the file (1/8).
+const RECLAIM_MIN_FREE_SHARE_DIVISOR: i64 = 8;
+/// Pages returned per step; bounds how long a job arriving meanwhile waits.
+const RECLAIM_PAGES_PER_STEP: i64 = 1_024;
+/// A step is taken only after this long without a commit: a steady trickle
+/// of jobs (1,000 a second) never waits behind one.
+const RECLAIM_AFTER_IDLE: Duration = Duration::from_millis(50);
 
 /// How hard a commit is pushed to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +134,16 @@ impl Writer {
             Durability::Fsync => Some(Flusher::start(wal_path.clone()).map_err(thread_error)?),
             Durability::Relaxed { .. } => None,
         };
+        let reclaim = Reclaim {
+            enabled: connection
+                .query_row("PRAGMA auto_vacuum", [], |row| row.get::<_, i64>(0))
+                .map_err(|source| StoreError::Database {
+                    operation: "read auto_vacuum",
+                    source,
+                })?
+                == 2,
+            ..Reclaim::default()
+        };
         let thread = std::thread::Builder::new()
             .name("ackbox-sqlite-writer".to_owned())
             .spawn(move || {
@@ -130,6 +154,7 @@ impl Writer {
                     shared: thread_shared,
                     unsynced_since: None,
                     flusher,
+                    reclaim,
                 }
                 .run();
             })
@@ -286,6 +311,36 @@ struct WriterLoop {
     unsynced_since: Option<Instant>,
     /// In fsync mode, the thread that syncs committed groups and answers them.
     flusher: Option<Flusher>,
+    reclaim: Reclaim,
+}
+
+/// When the writer last looked at free pages, and whether commits since may
+/// have freed more.
+#[derive(Debug, Default)]
+struct Reclaim {
+    /// The file was made with `auto_vacuum = INCREMENTAL`; otherwise free
+    /// pages cannot be returned and are never looked at.
+    enabled: bool,
+    /// Set by a commit, cleared once the free pages are below the thresholds.
+    pending: bool,
+    /// When the writer last committed or took a step.
+    last_busy: Option<Instant>,
+}
+
+impl Reclaim {
+    fn busy(&mut self) {
+        self.pending = true;
+        self.last_busy = Some(Instant::now());
+    }
+
+    fn due_in(&self) -> Option<Duration> {
+        if !(self.enabled && self.pending) {
+            return None;
+        }
+        Some(self.last_busy.map_or(Duration::ZERO, |last| {
+            RECLAIM_AFTER_IDLE.saturating_sub(last.elapsed())
+        }))
+    }
 }
 
 impl WriterLoop {
@@ -294,10 +349,14 @@ impl WriterLoop {
             let (batch, closing) = self.next_batch();
             if !batch.is_empty() {
                 self.commit(batch);
+                self.reclaim.busy();
             }
             self.sync_if_due(closing);
             if closing && self.queue_is_empty() {
                 break;
+            }
+            if !closing {
+                self.reclaim_free_pages_if_idle();
             }
         }
         if let Some(flusher) = self.flusher.take() {
@@ -320,32 +379,36 @@ impl WriterLoop {
             .is_empty()
     }
 
-    /// Waits for work; in relaxed mode wakes up in time for the next due fsync.
+    /// Waits for work; wakes up in time for the next due fsync (relaxed mode)
+    /// or free-page step.
     fn next_batch(&mut self) -> (Vec<Pending>, bool) {
         let mut queue = self.shared.jobs.lock().expect("writer queue lock poisoned");
         while queue.pending.is_empty() && !queue.closing {
-            match (self.durability, self.unsynced_since) {
+            let sync_due_in = match (self.durability, self.unsynced_since) {
                 (Durability::Relaxed { sync_interval }, Some(since)) => {
-                    let due = since + sync_interval;
-                    let now = Instant::now();
-                    if now >= due {
-                        break;
-                    }
-                    queue = self
-                        .shared
+                    Some(sync_interval.saturating_sub(since.elapsed()))
+                }
+                _ => None,
+            };
+            let wait = match (sync_due_in, self.reclaim.due_in()) {
+                (Some(sync), Some(reclaim)) => Some(sync.min(reclaim)),
+                (sync, reclaim) => sync.or(reclaim),
+            };
+            queue = match wait {
+                Some(wait) if wait.is_zero() => break,
+                Some(wait) => {
+                    self.shared
                         .wake
-                        .wait_timeout(queue, due - now)
+                        .wait_timeout(queue, wait)
                         .expect("writer queue lock poisoned")
-                        .0;
+                        .0
                 }
-                _ => {
-                    queue = self
-                        .shared
-                        .wake
-                        .wait(queue)
-                        .expect("writer queue lock poisoned");
-                }
-            }
+                None => self
+                    .shared
+                    .wake
+                    .wait(queue)
+                    .expect("writer queue lock poisoned"),
+            };
         }
         let take = queue.pending.len().min(MAX_JOBS_PER_COMMIT);
         let batch = queue.pending.drain(..take).collect();
@@ -467,6 +530,57 @@ impl WriterLoop {
         }
     }
 
+    /// Returns one step of free pages to the file system when no job waits
+    /// and enough of the file is free; see the module documentation.
+    fn reclaim_free_pages_if_idle(&mut self) {
+        if self.reclaim.due_in() != Some(Duration::ZERO) || !self.queue_is_empty() {
+            return;
+        }
+        let pages = |pragma: &str| -> rusqlite::Result<i64> {
+            self.connection
+                .prepare_cached(pragma)?
+                .query_row([], |row| row.get(0))
+        };
+        let (free, total) = match (pages("PRAGMA freelist_count"), pages("PRAGMA page_count")) {
+            (Ok(free), Ok(total)) => (free, total),
+            (Err(error), _) | (_, Err(error)) => {
+                tracing::warn!(%error, "could not count free pages");
+                self.reclaim.pending = false;
+                return;
+            }
+        };
+        if free < RECLAIM_MIN_FREE_PAGES || free * RECLAIM_MIN_FREE_SHARE_DIVISOR < total {
+            self.reclaim.pending = false;
+            return;
+        }
+        let started = Instant::now();
+        // Runs as its own transaction: it changes where rows live, not what
+        // they say, so it needs no fsync of its own. Each step of the
+        // statement returns one page, so it is stepped to the end.
+        let vacuum = || -> rusqlite::Result<()> {
+            // A pragma takes no bound parameters.
+            let mut statement = self.connection.prepare_cached(&format!(
+                "PRAGMA incremental_vacuum({RECLAIM_PAGES_PER_STEP})"
+            ))?;
+            let mut steps = statement.query([])?;
+            while steps.next()?.is_some() {}
+            Ok(())
+        };
+        let stepped = vacuum();
+        self.reclaim.busy();
+        match stepped {
+            Ok(()) => {
+                metrics::histogram!("ackbox_store_reclaim_seconds").record(started.elapsed());
+                tracing::debug!(free, total, "returned free pages to the file system");
+            }
+            Err(error) => {
+                // The next commit arms it again.
+                self.reclaim.pending = false;
+                tracing::warn!(%error, "incremental vacuum failed; will retry after the next commit");
+            }
+        }
+    }
+
     fn sync_if_due(&mut self, force: bool) {
         let Durability::Relaxed { sync_interval } = self.durability else {
             return;
@@ -491,12 +605,64 @@ mod tests {
     use super::*;
 
     fn open_writer(dir: &tempfile::TempDir, durability: Durability) -> Writer {
+        open_writer_with(dir, durability, "")
+    }
+
+    fn open_writer_with(dir: &tempfile::TempDir, durability: Durability, pragmas: &str) -> Writer {
         let path = dir.path().join("db.sqlite");
         let connection = Connection::open(&path).unwrap();
         connection
-            .execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t (v INTEGER NOT NULL);")
+            .execute_batch(&format!(
+                "{pragmas} PRAGMA journal_mode=WAL; CREATE TABLE t (v INTEGER NOT NULL);"
+            ))
             .unwrap();
         Writer::start(connection, dir.path().join("db.sqlite-wal"), durability).unwrap()
+    }
+
+    /// (free pages, all pages) of the file.
+    fn pages(dir: &tempfile::TempDir) -> (i64, i64) {
+        let connection = Connection::open(dir.path().join("db.sqlite")).unwrap();
+        let count = |pragma: &str| connection.query_row(pragma, [], |row| row.get(0)).unwrap();
+        (count("PRAGMA freelist_count"), count("PRAGMA page_count"))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_writer_returns_the_pages_a_drain_freed() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = open_writer_with(&dir, Durability::Fsync, "PRAGMA auto_vacuum = INCREMENTAL;");
+        // 6,000 rows of 4,000 bytes: a page each.
+        writer
+            .submit(Commit::Durable, |connection| {
+                connection
+                    .execute_batch(
+                        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 6000)
+                         INSERT INTO t (v) SELECT zeroblob(4000) FROM n;",
+                    )
+                    .unwrap();
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let (_, filled) = pages(&dir);
+        assert!(filled >= 6_000, "the fill took {filled} pages");
+        writer
+            .submit(Commit::Durable, |connection| {
+                connection.execute("DELETE FROM t", []).unwrap();
+                Ok(())
+            })
+            .await
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let (mut free, mut total) = pages(&dir);
+        while free >= RECLAIM_MIN_FREE_PAGES && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            (free, total) = pages(&dir);
+        }
+        writer.close();
+        assert!(
+            free < RECLAIM_MIN_FREE_PAGES && total < filled / 4,
+            "{free} free pages of {total} are left of the {filled} the fill took"
+        );
     }
 
     fn insert_value(connection: &Connection, value: i64) -> Result<(), StoreError> {
