@@ -1,9 +1,9 @@
-//! The retention sweeper: drops messages that outlived their queue's
-//! `MessageRetentionPeriod`.
+//! The sweeper: drops messages that outlived their queue's
+//! `MessageRetentionPeriod`, and the messages deleted queues left behind.
 //!
 //! Receives already skip and drop expired messages they meet; the sweeper
 //! keeps the counters honest for queues nobody reads. It deletes in bounded
-//! chunks so one huge expiry never holds the writer for long.
+//! chunks so one huge expiry or deleted queue never holds the writer for long.
 
 use ackbox_core::limits::{FIFO_DEDUPLICATION_WINDOW_SECONDS, RECEIVE_ATTEMPT_WINDOW_SECONDS};
 
@@ -13,6 +13,12 @@ use crate::store::MessageExpireParams;
 
 /// Most messages one sweep step deletes per queue.
 const SWEEP_CHUNK: u32 = 10_000;
+/// Messages of deleted queues dropped per store call; each call is its own
+/// writer job, so other work goes on between them.
+const DELETED_QUEUE_CHUNK: u32 = 2_000;
+/// Calls per sweep: at most 200,000 messages of deleted queues a second,
+/// and the other sweeps are not kept waiting behind a deep deleted queue.
+const DELETED_QUEUE_CHUNKS_PER_SWEEP: usize = 100;
 
 /// Starts the sweeper on the engine's task tracker; it stops at shutdown.
 pub(crate) fn spawn(engine: &Engine) {
@@ -26,6 +32,7 @@ pub(crate) fn spawn(engine: &Engine) {
                 () = tokio::time::sleep(interval) => {}
             }
             engine.sweep_expired().await;
+            engine.sweep_deleted_queues().await;
             engine.sweep_fifo_windows().await;
             // Only another node can start a task this one does not run.
             if engine.inner.shared_store
@@ -60,6 +67,31 @@ impl Engine {
                     tracing::warn!(queue = %queue.name, %error, "retention sweep failed; will retry");
                 }
             }
+        }
+        total
+    }
+
+    /// Drops messages that deleted queues left behind, a bounded number of
+    /// chunks per sweep; returns how many.
+    pub(crate) async fn sweep_deleted_queues(&self) -> u64 {
+        let mut total = 0;
+        for _ in 0..DELETED_QUEUE_CHUNKS_PER_SWEEP {
+            match self
+                .inner
+                .store
+                .message_sweep_deleted(DELETED_QUEUE_CHUNK)
+                .await
+            {
+                Ok(0) => break,
+                Ok(dropped) => total += dropped,
+                Err(error) => {
+                    tracing::warn!(%error, "sweep of deleted queues failed; will retry");
+                    break;
+                }
+            }
+        }
+        if total > 0 {
+            tracing::debug!(dropped = total, "dropped messages of deleted queues");
         }
         total
     }

@@ -208,6 +208,52 @@ pub async fn deleted_queue_names_are_held_for_the_cooldown(fixture: Fixture) {
     );
 }
 
+pub async fn deleted_queues_leave_their_messages_to_a_chunked_sweep(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let deep = create(store, "deep", T0).await;
+    let kept = create(store, "kept", T0).await;
+    let shallow = create(store, "shallow", T0).await;
+    let bodies = |prefix: &str, count: usize| {
+        (0..count)
+            .map(|index| message(&format!("{prefix}{index}"), T0, T0))
+            .collect()
+    };
+    insert(store, deep, bodies("d", 25)).await;
+    insert(store, kept, bodies("k", 4)).await;
+    insert(store, shallow, bodies("s", 3)).await;
+    assert_eq!(store.message_sweep_deleted(10).await.unwrap(), 0);
+    for queue_id in [deep, shallow] {
+        assert!(
+            store
+                .queue_delete(QueueDeleteParams { queue_id, now: T0 })
+                .await
+                .unwrap()
+        );
+    }
+    assert_eq!(
+        stats(store, deep, T0).await.visible,
+        25,
+        "DeleteQueue itself leaves the messages"
+    );
+    let mut swept = Vec::new();
+    loop {
+        match store.message_sweep_deleted(10).await.unwrap() {
+            0 => break,
+            dropped => swept.push(dropped),
+        }
+        assert!(swept.len() <= 10, "the sweep does not end: {swept:?}");
+    }
+    assert!(swept.iter().all(|&dropped| dropped <= 10), "{swept:?}");
+    assert_eq!(swept.iter().sum::<u64>(), 28, "{swept:?}");
+    assert_eq!(stats(store, deep, T0).await.visible, 0);
+    assert_eq!(stats(store, shallow, T0).await.visible, 0);
+    assert_eq!(
+        stats(store, kept, T0).await.visible,
+        4,
+        "a live queue keeps its messages"
+    );
+}
+
 pub async fn queue_updates_persist(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let id = create(store, "q", T0).await;
@@ -1439,6 +1485,7 @@ macro_rules! store_conformance {
         $crate::store_conformance!(@cases $factory;
             queue_create_is_visible_to_get_and_list,
             deleted_queue_names_are_held_for_the_cooldown,
+            deleted_queues_leave_their_messages_to_a_chunked_sweep,
             queue_updates_persist,
             receive_leases_oldest_first_and_counts_receives,
             a_zero_lease_never_returns_a_message_twice_in_one_receive,

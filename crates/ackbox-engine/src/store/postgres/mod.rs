@@ -482,6 +482,12 @@ impl Store for PostgresStore {
         })
     }
 
+    async fn message_sweep_deleted(&self, limit: u32) -> Result<u64, StoreError> {
+        in_transaction!(self, "message_sweep_deleted", |connection| {
+            mutation::message_sweep_deleted(connection, limit)
+        })
+    }
+
     async fn close(&self) -> Result<(), StoreError> {
         self.stop.cancel();
         self.pool.close().await;

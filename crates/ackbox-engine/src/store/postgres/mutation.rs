@@ -12,13 +12,13 @@ use super::{MESSAGES_CHANNEL, QUEUES_CHANNEL};
 use crate::store::move_step::{self, StepEnd};
 use crate::store::{
     ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureClassCount, FailureRecord,
-    InsertedMessage, MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams,
-    MessageInsertParams, MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveFilter,
-    MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord,
-    MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams,
-    QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueStats,
-    QueueStatsParams, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage, from_json,
-    to_json,
+    InsertedMessage, LEFT_BEHIND_QUEUE_SQL, MessageChangeVisibilityParams, MessageDeleteParams,
+    MessageExpireParams, MessageInsertParams, MessageNackParams, MessagePeekParams,
+    MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter,
+    MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome,
+    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
+    QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage,
+    from_json, to_json,
 };
 
 /// Most messages one receive expires or dead-letters (as on the embedded store).
@@ -209,11 +209,8 @@ pub(super) async fn queue_delete(
     let Some(name) = name else {
         return Ok(false);
     };
-    sqlx::query("DELETE FROM messages WHERE queue_id = $1")
-        .bind(params.queue_id)
-        .execute(&mut *connection)
-        .await
-        .map_err(postgres_error("queue_delete: messages"))?;
+    // The messages stay for the sweeper (`message_sweep_deleted`): one
+    // statement deleting millions would hold this call for minutes.
     fifo::forget_queue(connection, params.queue_id).await?;
     sqlx::query("DELETE FROM queues WHERE id = $1")
         .bind(params.queue_id)
@@ -1430,6 +1427,32 @@ pub(super) async fn move_task_cancel(
         return Ok(None);
     }
     move_task_get(connection, handle).await
+}
+
+/// Drops up to `limit` messages of one deleted queue. Its FIFO state went
+/// with the queue, so there are no groups to refresh.
+pub(super) async fn message_sweep_deleted(
+    connection: &mut PgConnection,
+    limit: u32,
+) -> Result<u64, StoreError> {
+    let queue_id: Option<i64> = sqlx::query_scalar(LEFT_BEHIND_QUEUE_SQL)
+        .fetch_optional(&mut *connection)
+        .await
+        .map_err(postgres_error("left_behind_queue"))?;
+    let Some(queue_id) = queue_id else {
+        return Ok(0);
+    };
+    // SKIP LOCKED: nodes sweeping at once take different rows.
+    sqlx::query(
+        "DELETE FROM messages WHERE seq IN (
+             SELECT seq FROM messages WHERE queue_id = $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(queue_id)
+    .bind(i64::from(limit))
+    .execute(&mut *connection)
+    .await
+    .map(|done| done.rows_affected())
+    .map_err(postgres_error("message_sweep_deleted"))
 }
 
 pub(super) async fn message_expire(

@@ -495,6 +495,19 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn message_sweep_deleted(&self, limit: u32) -> Result<u64, StoreError> {
+        let Some(queue_id) = self.read(mutation::left_behind_queue).await? else {
+            return Ok(0);
+        };
+        // Dropping late is harmless: nothing can reach a deleted queue's messages.
+        self.inner
+            .writer
+            .submit(Commit::Lazy, move |connection| {
+                mutation::message_sweep_deleted(connection, queue_id, limit)
+            })
+            .await
+    }
+
     async fn close(&self) -> Result<(), StoreError> {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {

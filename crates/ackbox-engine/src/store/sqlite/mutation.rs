@@ -12,11 +12,12 @@ use super::fifo::{self, TouchedGroups};
 use crate::store::move_step::{self, StepEnd};
 use crate::store::{
     ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureRecord, InsertedMessage,
-    MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams, MessageInsertParams,
-    MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome,
-    MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome,
-    QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams,
-    QueueRecord, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage, from_json, to_json,
+    LEFT_BEHIND_QUEUE_SQL, MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams,
+    MessageInsertParams, MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveFilter,
+    MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome,
+    MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
+    QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueUpdateParams, ReceiveOutcome,
+    StoreError, StoredMessage, from_json, to_json,
 };
 
 /// Most messages one receive expires or dead-letters; later receives and the
@@ -153,12 +154,8 @@ pub(crate) fn queue_delete(
     let Some(name) = name else {
         return Ok(false);
     };
-    connection
-        .execute(
-            "DELETE FROM messages WHERE queue_id = ?1",
-            [params.queue_id],
-        )
-        .map_err(database_error("queue_delete: messages"))?;
+    // The messages stay for the sweeper (`message_sweep_deleted`): deleting
+    // millions here would hold every other queue's writes behind this one.
     fifo::forget_queue(connection, params.queue_id)?;
     connection
         .execute("DELETE FROM queues WHERE id = ?1", [params.queue_id])
@@ -1134,6 +1131,32 @@ pub(crate) fn move_task_cancel(
         return Ok(None);
     }
     move_task_get(connection, handle)
+}
+
+/// The id of a deleted queue that still has messages.
+pub(crate) fn left_behind_queue(connection: &Connection) -> Result<Option<i64>, StoreError> {
+    connection
+        .prepare_cached(LEFT_BEHIND_QUEUE_SQL)
+        .and_then(|mut select| select.query_row([], |row| row.get(0)).optional())
+        .map_err(database_error("left_behind_queue"))
+}
+
+/// Drops up to `limit` messages of the deleted queue `queue_id`. Its FIFO
+/// state went with the queue, so there are no groups to refresh.
+pub(crate) fn message_sweep_deleted(
+    connection: &Connection,
+    queue_id: i64,
+    limit: u32,
+) -> Result<u64, StoreError> {
+    connection
+        .prepare_cached(
+            "DELETE FROM messages WHERE seq IN (
+                 SELECT seq FROM messages WHERE queue_id = ?1 LIMIT ?2)
+             AND NOT EXISTS (SELECT 1 FROM queues WHERE id = ?1)",
+        )
+        .and_then(|mut delete| delete.execute(params![queue_id, limit]))
+        .map(|deleted| deleted as u64)
+        .map_err(database_error("message_sweep_deleted"))
 }
 
 pub(crate) fn message_expire(
