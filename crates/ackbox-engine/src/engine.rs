@@ -607,8 +607,12 @@ impl Engine {
         Ok(())
     }
 
-    /// PurgeQueue: deletes every message, at most once per 60 seconds.
-    pub async fn purge_queue(&self, name: &QueueName) -> Result<u64, EngineError> {
+    /// PurgeQueue: deletes every message, at most once per 60 seconds. A
+    /// standard queue deeper than [`PURGE_AT_ONCE`] loses the rest of what
+    /// was sent before the purge to the sweeper, within seconds, as SQS
+    /// allows ("may take up to 60 seconds"); receives meanwhile may still
+    /// return some of them.
+    pub async fn purge_queue(&self, name: &QueueName) -> Result<Purge, EngineError> {
         let queue = self.queue(name).await?;
         let now = self.now();
         let outcome = self
@@ -618,10 +622,14 @@ impl Engine {
                 queue_id: queue.id,
                 now,
                 purged_after: now - PURGE_COOLDOWN_SECONDS * 1_000,
+                delete_at_once: PURGE_AT_ONCE,
             })
             .await?;
         match outcome {
-            QueuePurgeOutcome::Purged(count) => Ok(count),
+            QueuePurgeOutcome::Purged { deleted, more } => Ok(Purge {
+                deleted,
+                rest_swept: more,
+            }),
             QueuePurgeOutcome::InProgress => Err(SqsError::new(
                 ErrorCode::PurgeQueueInProgress,
                 format!("Only one PurgeQueue operation on {name} is allowed every {PURGE_COOLDOWN_SECONDS} seconds."),
@@ -629,6 +637,19 @@ impl Engine {
             .into()),
         }
     }
+}
+
+/// Messages a purge deletes in its own transaction (see [`Engine::purge_queue`]).
+pub const PURGE_AT_ONCE: u32 = 10_000;
+
+/// What a purge did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Purge {
+    /// Messages deleted by the purge itself.
+    pub deleted: u64,
+    /// The queue held more; the sweeper drops the rest of what was sent
+    /// before the purge within seconds.
+    pub rest_swept: bool,
 }
 
 fn validate_tags(tags: &BTreeMap<String, String>) -> Result<(), SqsError> {

@@ -56,5 +56,5 @@ pub mod secret;
 pub mod send;
 pub mod store;
 
-pub use engine::{Engine, EngineConfig};
+pub use engine::{Engine, EngineConfig, PURGE_AT_ONCE, Purge};
 pub use error::EngineError;

@@ -13,12 +13,12 @@ use crate::store::MessageExpireParams;
 
 /// Most messages one sweep step deletes per queue.
 const SWEEP_CHUNK: u32 = 10_000;
-/// Messages of deleted queues dropped per store call; each call is its own
-/// writer job, so other work goes on between them.
-const DELETED_QUEUE_CHUNK: u32 = 2_000;
-/// Calls per sweep: at most 200,000 messages of deleted queues a second,
-/// and the other sweeps are not kept waiting behind a deep deleted queue.
-const DELETED_QUEUE_CHUNKS_PER_SWEEP: usize = 100;
+/// Messages of deleted or purged queues dropped per store call; each call is
+/// its own writer job, so other work goes on between them.
+const LEFT_BEHIND_CHUNK: u32 = 2_000;
+/// Calls per sweep: at most 200,000 messages a second, and the other sweeps
+/// are not kept waiting behind a deep deleted queue.
+const LEFT_BEHIND_CHUNKS_PER_SWEEP: usize = 100;
 
 /// Starts the sweeper on the engine's task tracker; it stops at shutdown.
 pub(crate) fn spawn(engine: &Engine) {
@@ -32,7 +32,7 @@ pub(crate) fn spawn(engine: &Engine) {
                 () = tokio::time::sleep(interval) => {}
             }
             engine.sweep_expired().await;
-            engine.sweep_deleted_queues().await;
+            engine.sweep_left_behind().await;
             engine.sweep_fifo_windows().await;
             // Only another node can start a task this one does not run.
             if engine.inner.shared_store
@@ -71,27 +71,30 @@ impl Engine {
         total
     }
 
-    /// Drops messages that deleted queues left behind, a bounded number of
-    /// chunks per sweep; returns how many.
-    pub(crate) async fn sweep_deleted_queues(&self) -> u64 {
+    /// Drops messages that deleted queues and purges of deep queues left
+    /// behind, a bounded number of chunks per sweep; returns how many.
+    pub(crate) async fn sweep_left_behind(&self) -> u64 {
         let mut total = 0;
-        for _ in 0..DELETED_QUEUE_CHUNKS_PER_SWEEP {
+        for _ in 0..LEFT_BEHIND_CHUNKS_PER_SWEEP {
             match self
                 .inner
                 .store
-                .message_sweep_deleted(DELETED_QUEUE_CHUNK)
+                .message_sweep_left_behind(LEFT_BEHIND_CHUNK)
                 .await
             {
                 Ok(0) => break,
                 Ok(dropped) => total += dropped,
                 Err(error) => {
-                    tracing::warn!(%error, "sweep of deleted queues failed; will retry");
+                    tracing::warn!(%error, "sweep of deleted and purged queues failed; will retry");
                     break;
                 }
             }
         }
         if total > 0 {
-            tracing::debug!(dropped = total, "dropped messages of deleted queues");
+            tracing::debug!(
+                dropped = total,
+                "dropped messages of deleted and purged queues"
+            );
         }
         total
     }

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use ackbox_core::queue_name::QueueName;
+use ackbox_engine::Purge;
 use ackbox_engine::receive::ReceiveRequest;
 use ackbox_engine::store::MoveFilter;
 use axum::Form;
@@ -521,7 +522,20 @@ pub(crate) async fn purge(
         );
     }
     match state.engine.purge_queue(&name).await {
-        Ok(purged) => back(&name, "notice", &format!("Purged {purged} message(s).")),
+        Ok(Purge {
+            deleted,
+            rest_swept: false,
+        }) => back(&name, "notice", &format!("Purged {deleted} message(s).")),
+        Ok(Purge {
+            deleted,
+            rest_swept: true,
+        }) => back(
+            &name,
+            "notice",
+            &format!(
+                "Purged {deleted} message(s); the rest of those sent before the purge go within seconds."
+            ),
+        ),
         Err(error) => back(&name, "error", &error.to_string()),
     }
 }

@@ -1592,3 +1592,80 @@ async fn redrive_policies_are_validated_when_set() {
         .unwrap();
     assert!(sources.queue_urls().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_deeper_than_one_transaction_empties_the_queue_within_seconds_and_keeps_later_sends()
+ {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let url = create(&client, "deep").await;
+    let total = ackbox_engine::PURGE_AT_ONCE as usize + 1_500;
+    let mut senders = tokio::task::JoinSet::new();
+    for sender in 0..8 {
+        let (client, url) = (client.clone(), url.clone());
+        senders.spawn(async move {
+            for batch in (sender * 10..total).step_by(80) {
+                let entries = (batch..(batch + 10).min(total))
+                    .map(|index| {
+                        SendMessageBatchRequestEntry::builder()
+                            .id(format!("m{index}"))
+                            .message_body(format!("before {index}"))
+                            .build()
+                            .unwrap()
+                    })
+                    .collect();
+                let sent = client
+                    .send_message_batch()
+                    .queue_url(&url)
+                    .set_entries(Some(entries))
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(sent.failed().is_empty());
+            }
+        });
+    }
+    while let Some(done) = senders.join_next().await {
+        done.unwrap();
+    }
+    let depth = || async {
+        client
+            .get_queue_attributes()
+            .queue_url(&url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .send()
+            .await
+            .unwrap()
+            .attributes()
+            .unwrap()[&QueueAttributeName::ApproximateNumberOfMessages]
+            .parse::<usize>()
+            .unwrap()
+    };
+    assert_eq!(depth().await, total);
+    client.purge_queue().queue_url(&url).send().await.unwrap();
+    client
+        .send_message()
+        .queue_url(&url)
+        .message_body("after")
+        .send()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while depth().await > 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(depth().await, 1, "the sweeper finished the purge");
+    let received = client
+        .receive_message()
+        .queue_url(&url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .unwrap();
+    let bodies: Vec<&str> = received
+        .messages()
+        .iter()
+        .filter_map(|message| message.body())
+        .collect();
+    assert_eq!(bodies, ["after"], "a send after the purge is kept");
+}

@@ -109,6 +109,20 @@ pub(crate) const LEFT_BEHIND_QUEUE_SQL: &str = "
       AND NOT EXISTS (SELECT 1 FROM queues WHERE queues.id = present.queue_id)
     LIMIT 1";
 
+/// A purged queue whose purge left messages to the sweeper, if any, and the
+/// newest sequence number the purge covers.
+pub(crate) const UNFINISHED_PURGE_SQL: &str =
+    "SELECT id, purged_through_seq FROM queues WHERE purged_through_seq IS NOT NULL LIMIT 1";
+
+/// What the sweeper drops next.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LeftBehind {
+    /// Every message of this deleted queue.
+    DeletedQueue(i64),
+    /// This queue's messages up to this sequence number.
+    Purged { queue_id: i64, through_seq: i64 },
+}
+
 /// Refuses a database migrated by a newer ackbox than this one.
 pub(crate) fn refuse_newer_schema(applied: i64, newest: i64) -> Result<(), StoreError> {
     if applied > newest {
@@ -216,13 +230,24 @@ pub struct QueuePurgeParams {
     pub now: Timestamp,
     /// A purge at or after this instant means a purge is still in progress.
     pub purged_after: Timestamp,
+    /// Most messages of a standard queue deleted in the purge's own
+    /// transaction; the rest are marked and left to the sweeper
+    /// ([`Store::message_sweep_left_behind`]). FIFO queues are emptied at
+    /// once, since their groups must agree with their messages.
+    pub delete_at_once: u32,
 }
 
 /// What [`Store::queue_purge`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueuePurgeOutcome {
-    /// The queue was emptied of this many messages.
-    Purged(u64),
+    /// The purge deleted this many messages at once; `more`: the queue held
+    /// more, and the sweeper drops them.
+    Purged {
+        /// Messages deleted in the purge's transaction.
+        deleted: u64,
+        /// Messages sent before the purge are left for the sweeper.
+        more: bool,
+    },
     /// Another purge happened within the cooldown; nothing changed.
     InProgress,
 }
@@ -763,10 +788,11 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Forgets FIFO deduplication ids and receive attempts recorded at or
     /// before `before`; returns how many.
     async fn fifo_window_expire(&self, before: Timestamp) -> Result<u64, StoreError>;
-    /// Drops up to `limit` messages that deleted queues left behind; returns
-    /// how many. `queue_delete` leaves them so that deleting a queue of
-    /// millions does not hold every other queue's writes behind it.
-    async fn message_sweep_deleted(&self, limit: u32) -> Result<u64, StoreError>;
+    /// Drops up to `limit` messages that deleted queues, or purges of deep
+    /// queues, left behind; returns how many. `queue_delete` and
+    /// `queue_purge` leave them so that emptying a queue of millions does
+    /// not hold every other queue's writes behind it.
+    async fn message_sweep_left_behind(&self, limit: u32) -> Result<u64, StoreError>;
     /// Flushes pending writes and stops background work. Idempotent.
     async fn close(&self) -> Result<(), StoreError>;
     /// What other broker nodes sharing this store change, for a store that

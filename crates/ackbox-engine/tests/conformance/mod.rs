@@ -213,15 +213,15 @@ pub async fn deleted_queues_leave_their_messages_to_a_chunked_sweep(fixture: Fix
     let deep = create(store, "deep", T0).await;
     let kept = create(store, "kept", T0).await;
     let shallow = create(store, "shallow", T0).await;
-    let bodies = |prefix: &str, count: usize| {
+    let numbered = |prefix: &str, count: usize| {
         (0..count)
             .map(|index| message(&format!("{prefix}{index}"), T0, T0))
             .collect()
     };
-    insert(store, deep, bodies("d", 25)).await;
-    insert(store, kept, bodies("k", 4)).await;
-    insert(store, shallow, bodies("s", 3)).await;
-    assert_eq!(store.message_sweep_deleted(10).await.unwrap(), 0);
+    insert(store, deep, numbered("d", 25)).await;
+    insert(store, kept, numbered("k", 4)).await;
+    insert(store, shallow, numbered("s", 3)).await;
+    assert_eq!(store.message_sweep_left_behind(10).await.unwrap(), 0);
     for queue_id in [deep, shallow] {
         assert!(
             store
@@ -237,7 +237,7 @@ pub async fn deleted_queues_leave_their_messages_to_a_chunked_sweep(fixture: Fix
     );
     let mut swept = Vec::new();
     loop {
-        match store.message_sweep_deleted(10).await.unwrap() {
+        match store.message_sweep_left_behind(10).await.unwrap() {
             0 => break,
             dropped => swept.push(dropped),
         }
@@ -963,6 +963,7 @@ pub async fn writes_to_a_deleted_queue_fail_cleanly(fixture: Fixture) {
             queue_id: id,
             now: T0,
             purged_after: T0 - 60_000,
+            delete_at_once: 100,
         })
         .await;
     assert!(
@@ -991,10 +992,14 @@ pub async fn purge_empties_once_per_cooldown(fixture: Fixture) {
         queue_id: id,
         now,
         purged_after: now - 60_000,
+        delete_at_once: 100,
     };
     assert_eq!(
         store.queue_purge(purge(T0)).await.unwrap(),
-        QueuePurgeOutcome::Purged(2)
+        QueuePurgeOutcome::Purged {
+            deleted: 2,
+            more: false
+        }
     );
     assert_eq!(
         store.queue_purge(purge(T0 + 30_000)).await.unwrap(),
@@ -1002,8 +1007,66 @@ pub async fn purge_empties_once_per_cooldown(fixture: Fixture) {
     );
     assert_eq!(
         store.queue_purge(purge(T0 + 61_000)).await.unwrap(),
-        QueuePurgeOutcome::Purged(0)
+        QueuePurgeOutcome::Purged {
+            deleted: 0,
+            more: false
+        }
     );
+    assert_eq!(store.message_sweep_left_behind(10).await.unwrap(), 0);
+}
+
+pub async fn a_deep_purge_leaves_the_rest_to_the_sweep_and_spares_later_sends(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let deep = create(store, "deep", T0).await;
+    let other = create(store, "other", T0).await;
+    let numbered = |prefix: &str, count: usize| {
+        (0..count)
+            .map(|index| message(&format!("{prefix}{index}"), T0, T0))
+            .collect()
+    };
+    insert(store, deep, numbered("old", 25)).await;
+    insert(store, other, numbered("other", 3)).await;
+    let purge = |now: i64| QueuePurgeParams {
+        queue_id: deep,
+        now,
+        purged_after: now - 60_000,
+        delete_at_once: 10,
+    };
+    assert_eq!(
+        store.queue_purge(purge(T0)).await.unwrap(),
+        QueuePurgeOutcome::Purged {
+            deleted: 10,
+            more: true
+        }
+    );
+    insert(store, deep, numbered("new", 2)).await;
+    assert_eq!(stats(store, deep, T0).await.visible, 17);
+    let mut swept = Vec::new();
+    loop {
+        match store.message_sweep_left_behind(10).await.unwrap() {
+            0 => break,
+            dropped => swept.push(dropped),
+        }
+        assert!(swept.len() <= 10, "the sweep does not end: {swept:?}");
+    }
+    assert_eq!(swept.iter().sum::<u64>(), 15, "{swept:?}");
+    let received = store
+        .message_receive(receive_params(deep, T0, 10, 1_000))
+        .await
+        .unwrap();
+    let mut left = bodies(&received);
+    left.sort_unstable();
+    assert_eq!(left, ["new0", "new1"], "messages sent after the purge stay");
+    assert_eq!(stats(store, other, T0).await.visible, 3);
+    // A purge that empties the queue at once leaves nothing to sweep.
+    assert_eq!(
+        store.queue_purge(purge(T0 + 61_000)).await.unwrap(),
+        QueuePurgeOutcome::Purged {
+            deleted: 2,
+            more: false
+        }
+    );
+    assert_eq!(store.message_sweep_left_behind(10).await.unwrap(), 0);
 }
 
 pub async fn stats_split_visible_in_flight_and_delayed(fixture: Fixture) {
@@ -1290,6 +1353,7 @@ pub async fn fifo_deduplication_returns_the_first_send_within_the_window(fixture
             queue_id: id,
             now: later + 1,
             purged_after: later + 1 - 60_000,
+            delete_at_once: 100,
         })
         .await
         .unwrap();
@@ -1486,6 +1550,7 @@ macro_rules! store_conformance {
             queue_create_is_visible_to_get_and_list,
             deleted_queue_names_are_held_for_the_cooldown,
             deleted_queues_leave_their_messages_to_a_chunked_sweep,
+            a_deep_purge_leaves_the_rest_to_the_sweep_and_spares_later_sends,
             queue_updates_persist,
             receive_leases_oldest_first_and_counts_receives,
             a_zero_lease_never_returns_a_message_twice_in_one_receive,

@@ -20,7 +20,7 @@ pub struct Response {}
 /// Runs PurgeQueue.
 pub async fn handle(context: &RequestContext, request: Request) -> Result<Response, ApiError> {
     let name = context.queue_name(&request.queue_url)?;
-    let purged = context.engine.purge_queue(&name).await?;
-    tracing::info!(queue = %name, purged, "queue purged");
+    let purge = context.engine.purge_queue(&name).await?;
+    tracing::info!(queue = %name, deleted = purge.deleted, rest_swept = purge.rest_swept, "queue purged");
     Ok(Response {})
 }

@@ -32,6 +32,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "fifo",
         include_str!("../../../migrations/postgres/0004_fifo.sql"),
     ),
+    (
+        5,
+        "purge_mark",
+        include_str!("../../../migrations/postgres/0005_purge_mark.sql"),
+    ),
 ];
 
 /// Scopes the migration lock to the schema being migrated.

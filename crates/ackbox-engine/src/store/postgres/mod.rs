@@ -482,9 +482,9 @@ impl Store for PostgresStore {
         })
     }
 
-    async fn message_sweep_deleted(&self, limit: u32) -> Result<u64, StoreError> {
-        in_transaction!(self, "message_sweep_deleted", |connection| {
-            mutation::message_sweep_deleted(connection, limit)
+    async fn message_sweep_left_behind(&self, limit: u32) -> Result<u64, StoreError> {
+        in_transaction!(self, "message_sweep_left_behind", |connection| {
+            mutation::message_sweep_left_behind(connection, limit)
         })
     }
 

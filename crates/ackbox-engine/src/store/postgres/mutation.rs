@@ -12,13 +12,13 @@ use super::{MESSAGES_CHANNEL, QUEUES_CHANNEL};
 use crate::store::move_step::{self, StepEnd};
 use crate::store::{
     ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureClassCount, FailureRecord,
-    InsertedMessage, LEFT_BEHIND_QUEUE_SQL, MessageChangeVisibilityParams, MessageDeleteParams,
-    MessageExpireParams, MessageInsertParams, MessageNackParams, MessagePeekParams,
-    MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter,
-    MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome,
-    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
-    QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage,
-    from_json, to_json,
+    InsertedMessage, LEFT_BEHIND_QUEUE_SQL, LeftBehind, MessageChangeVisibilityParams,
+    MessageDeleteParams, MessageExpireParams, MessageInsertParams, MessageNackParams,
+    MessagePeekParams, MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome,
+    MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams,
+    NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome,
+    QueuePurgeParams, QueueRecord, QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome,
+    StoreError, StoredMessage, UNFINISHED_PURGE_SQL, from_json, to_json,
 };
 
 /// Most messages one receive expires or dead-letters (as on the embedded store).
@@ -209,7 +209,7 @@ pub(super) async fn queue_delete(
     let Some(name) = name else {
         return Ok(false);
     };
-    // The messages stay for the sweeper (`message_sweep_deleted`): one
+    // The messages stay for the sweeper (`message_sweep_left_behind`): one
     // statement deleting millions would hold this call for minutes.
     fifo::forget_queue(connection, params.queue_id).await?;
     sqlx::query("DELETE FROM queues WHERE id = $1")
@@ -248,21 +248,55 @@ pub(super) async fn queue_purge(
     if last_purged_at.is_some_and(|at| at >= params.purged_after) {
         return Ok(QueuePurgeOutcome::InProgress);
     }
-    fifo::lock_queue(connection, params.queue_id).await?;
-    let purged = sqlx::query("DELETE FROM messages WHERE queue_id = $1")
+    let (deleted, through_seq) = if queue_kind(connection, params.queue_id).await? == Some(true) {
+        fifo::lock_queue(connection, params.queue_id).await?;
+        let deleted = sqlx::query("DELETE FROM messages WHERE queue_id = $1")
+            .bind(params.queue_id)
+            .execute(&mut *connection)
+            .await
+            .map_err(postgres_error("queue_purge: messages"))?
+            .rows_affected();
+        fifo::forget_queue(connection, params.queue_id).await?;
+        (deleted, None)
+    } else {
+        // A send not yet committed may hold a lower sequence number and be
+        // swept with the rest; SQS allows that of sends during a purge.
+        let through_seq: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM messages")
+            .fetch_one(&mut *connection)
+            .await
+            .map_err(postgres_error("queue_purge: newest message"))?;
+        let deleted = sqlx::query(
+            "DELETE FROM messages WHERE seq IN (
+                 SELECT seq FROM messages WHERE queue_id = $1
+                 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
         .bind(params.queue_id)
+        .bind(i64::from(params.delete_at_once))
         .execute(&mut *connection)
         .await
         .map_err(postgres_error("queue_purge: messages"))?
         .rows_affected();
-    fifo::forget_queue(connection, params.queue_id).await?;
-    sqlx::query("UPDATE queues SET last_purged_at = $2 WHERE id = $1")
+        let more: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE queue_id = $1 AND seq <= $2)",
+        )
+        .bind(params.queue_id)
+        .bind(through_seq)
+        .fetch_one(&mut *connection)
+        .await
+        .map_err(postgres_error("queue_purge: what is left"))?;
+        (deleted, more.then_some(through_seq))
+    };
+    sqlx::query("UPDATE queues SET last_purged_at = $2, purged_through_seq = $3 WHERE id = $1")
         .bind(params.queue_id)
         .bind(params.now)
+        .bind(through_seq)
         .execute(&mut *connection)
         .await
         .map_err(postgres_error("queue_purge: mark"))?;
-    Ok(QueuePurgeOutcome::Purged(purged))
+    Ok(QueuePurgeOutcome::Purged {
+        deleted,
+        more: through_seq.is_some(),
+    })
 }
 
 pub(super) async fn queue_stats(
@@ -1429,30 +1463,67 @@ pub(super) async fn move_task_cancel(
     move_task_get(connection, handle).await
 }
 
-/// Drops up to `limit` messages of one deleted queue. Its FIFO state went
-/// with the queue, so there are no groups to refresh.
-pub(super) async fn message_sweep_deleted(
+/// Drops up to `limit` messages that a deleted queue, or else an unfinished
+/// purge, left behind; a purge whose last messages go loses its mark. A
+/// deleted queue's FIFO state went with it, and only standard queues are
+/// purged this way, so no group needs a refresh.
+pub(super) async fn message_sweep_left_behind(
     connection: &mut PgConnection,
     limit: u32,
 ) -> Result<u64, StoreError> {
-    let queue_id: Option<i64> = sqlx::query_scalar(LEFT_BEHIND_QUEUE_SQL)
+    let deleted_queue: Option<i64> = sqlx::query_scalar(LEFT_BEHIND_QUEUE_SQL)
         .fetch_optional(&mut *connection)
         .await
-        .map_err(postgres_error("left_behind_queue"))?;
-    let Some(queue_id) = queue_id else {
-        return Ok(0);
+        .map_err(postgres_error("left_behind: deleted queues"))?;
+    let left_behind = match deleted_queue {
+        Some(queue_id) => LeftBehind::DeletedQueue(queue_id),
+        None => {
+            let purge: Option<(i64, i64)> = sqlx::query_as(UNFINISHED_PURGE_SQL)
+                .fetch_optional(&mut *connection)
+                .await
+                .map_err(postgres_error("left_behind: purges"))?;
+            let Some((queue_id, through_seq)) = purge else {
+                return Ok(0);
+            };
+            LeftBehind::Purged {
+                queue_id,
+                through_seq,
+            }
+        }
     };
     // SKIP LOCKED: nodes sweeping at once take different rows.
-    sqlx::query(
+    let (queue_id, through_seq) = match left_behind {
+        LeftBehind::DeletedQueue(queue_id) => (queue_id, i64::MAX),
+        LeftBehind::Purged {
+            queue_id,
+            through_seq,
+        } => (queue_id, through_seq),
+    };
+    let deleted = sqlx::query(
         "DELETE FROM messages WHERE seq IN (
-             SELECT seq FROM messages WHERE queue_id = $1 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+             SELECT seq FROM messages WHERE queue_id = $1 AND seq <= $2
+             LIMIT $3 FOR UPDATE SKIP LOCKED)",
     )
     .bind(queue_id)
+    .bind(through_seq)
     .bind(i64::from(limit))
     .execute(&mut *connection)
     .await
-    .map(|done| done.rows_affected())
-    .map_err(postgres_error("message_sweep_deleted"))
+    .map_err(postgres_error("sweep"))?
+    .rows_affected();
+    if matches!(left_behind, LeftBehind::Purged { .. }) && deleted < u64::from(limit) {
+        // Only this purge's mark: a later purge's stays for its rest.
+        sqlx::query(
+            "UPDATE queues SET purged_through_seq = NULL
+             WHERE id = $1 AND purged_through_seq = $2",
+        )
+        .bind(queue_id)
+        .bind(through_seq)
+        .execute(&mut *connection)
+        .await
+        .map_err(postgres_error("sweep: purge mark"))?;
+    }
+    Ok(deleted)
 }
 
 pub(super) async fn message_expire(

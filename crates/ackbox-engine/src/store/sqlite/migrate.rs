@@ -30,6 +30,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "fifo",
         include_str!("../../../migrations/sqlite/0004_fifo.sql"),
     ),
+    (
+        5,
+        "purge_mark",
+        include_str!("../../../migrations/sqlite/0005_purge_mark.sql"),
+    ),
 ];
 
 fn database_error(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {

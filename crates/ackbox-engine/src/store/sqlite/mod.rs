@@ -495,15 +495,16 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn message_sweep_deleted(&self, limit: u32) -> Result<u64, StoreError> {
-        let Some(queue_id) = self.read(mutation::left_behind_queue).await? else {
+    async fn message_sweep_left_behind(&self, limit: u32) -> Result<u64, StoreError> {
+        let Some(left_behind) = self.read(mutation::left_behind).await? else {
             return Ok(0);
         };
-        // Dropping late is harmless: nothing can reach a deleted queue's messages.
+        // Dropping late is harmless: a power loss brings back only messages
+        // that the sweeper drops again.
         self.inner
             .writer
             .submit(Commit::Lazy, move |connection| {
-                mutation::message_sweep_deleted(connection, queue_id, limit)
+                mutation::message_sweep_left_behind(connection, left_behind, limit)
             })
             .await
     }

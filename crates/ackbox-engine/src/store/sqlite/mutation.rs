@@ -12,12 +12,12 @@ use super::fifo::{self, TouchedGroups};
 use crate::store::move_step::{self, StepEnd};
 use crate::store::{
     ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureRecord, InsertedMessage,
-    LEFT_BEHIND_QUEUE_SQL, MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams,
-    MessageInsertParams, MessageNackParams, MessagePeekParams, MessageReceiveParams, MoveFilter,
-    MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome,
-    MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
-    QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueUpdateParams, ReceiveOutcome,
-    StoreError, StoredMessage, from_json, to_json,
+    LEFT_BEHIND_QUEUE_SQL, LeftBehind, MessageChangeVisibilityParams, MessageDeleteParams,
+    MessageExpireParams, MessageInsertParams, MessageNackParams, MessagePeekParams,
+    MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord,
+    MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams,
+    QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueUpdateParams,
+    ReceiveOutcome, StoreError, StoredMessage, UNFINISHED_PURGE_SQL, from_json, to_json,
 };
 
 /// Most messages one receive expires or dead-letters; later receives and the
@@ -154,7 +154,7 @@ pub(crate) fn queue_delete(
     let Some(name) = name else {
         return Ok(false);
     };
-    // The messages stay for the sweeper (`message_sweep_deleted`): deleting
+    // The messages stay for the sweeper (`message_sweep_left_behind`): deleting
     // millions here would hold every other queue's writes behind this one.
     fifo::forget_queue(connection, params.queue_id)?;
     connection
@@ -188,20 +188,60 @@ pub(crate) fn queue_purge(
     if last_purged_at.is_some_and(|at| at >= params.purged_after) {
         return Ok(QueuePurgeOutcome::InProgress);
     }
-    let purged = connection
+    if fifo::queue_kind(connection, params.queue_id)? == Some(true) {
+        let deleted = connection
+            .execute(
+                "DELETE FROM messages WHERE queue_id = ?1",
+                [params.queue_id],
+            )
+            .map_err(database_error("queue_purge: messages"))?;
+        fifo::forget_queue(connection, params.queue_id)?;
+        mark_purged(connection, params, None)?;
+        return Ok(QueuePurgeOutcome::Purged {
+            deleted: deleted as u64,
+            more: false,
+        });
+    }
+    let through_seq: i64 = connection
+        .query_row("SELECT COALESCE(MAX(seq), 0) FROM messages", [], |row| {
+            row.get(0)
+        })
+        .map_err(database_error("queue_purge: newest message"))?;
+    let deleted = connection
         .execute(
-            "DELETE FROM messages WHERE queue_id = ?1",
-            [params.queue_id],
+            "DELETE FROM messages WHERE seq IN (
+                 SELECT seq FROM messages WHERE queue_id = ?1 LIMIT ?2)",
+            params![params.queue_id, params.delete_at_once],
         )
         .map_err(database_error("queue_purge: messages"))?;
-    fifo::forget_queue(connection, params.queue_id)?;
+    let more: bool = connection
+        .query_row(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE queue_id = ?1 AND seq <= ?2)",
+            params![params.queue_id, through_seq],
+            |row| row.get(0),
+        )
+        .map_err(database_error("queue_purge: what is left"))?;
+    mark_purged(connection, params, more.then_some(through_seq))?;
+    Ok(QueuePurgeOutcome::Purged {
+        deleted: deleted as u64,
+        more,
+    })
+}
+
+/// Starts the purge cooldown and sets (or, when nothing is left, clears)
+/// the mark the sweeper drops messages up to.
+fn mark_purged(
+    connection: &Connection,
+    params: &QueuePurgeParams,
+    through_seq: Option<i64>,
+) -> Result<(), StoreError> {
     connection
         .execute(
-            "UPDATE queues SET last_purged_at = ?2 WHERE id = ?1",
-            params![params.queue_id, params.now],
+            "UPDATE queues SET last_purged_at = ?2, purged_through_seq = ?3 WHERE id = ?1",
+            params![params.queue_id, params.now, through_seq],
         )
-        .map_err(database_error("queue_purge: mark"))?;
-    Ok(QueuePurgeOutcome::Purged(purged as u64))
+        .map(drop)
+        .map_err(database_error("queue_purge: mark"))
 }
 
 /// Fails with `QueueNotFound` when the queue was deleted after the engine
@@ -1133,30 +1173,73 @@ pub(crate) fn move_task_cancel(
     move_task_get(connection, handle)
 }
 
-/// The id of a deleted queue that still has messages.
-pub(crate) fn left_behind_queue(connection: &Connection) -> Result<Option<i64>, StoreError> {
-    connection
+/// What the sweeper drops next: a deleted queue's messages first, then an
+/// unfinished purge's.
+pub(crate) fn left_behind(connection: &Connection) -> Result<Option<LeftBehind>, StoreError> {
+    let deleted: Option<i64> = connection
         .prepare_cached(LEFT_BEHIND_QUEUE_SQL)
         .and_then(|mut select| select.query_row([], |row| row.get(0)).optional())
-        .map_err(database_error("left_behind_queue"))
+        .map_err(database_error("left_behind: deleted queues"))?;
+    if let Some(queue_id) = deleted {
+        return Ok(Some(LeftBehind::DeletedQueue(queue_id)));
+    }
+    connection
+        .prepare_cached(UNFINISHED_PURGE_SQL)
+        .and_then(|mut select| {
+            select
+                .query_row([], |row| {
+                    Ok(LeftBehind::Purged {
+                        queue_id: row.get(0)?,
+                        through_seq: row.get(1)?,
+                    })
+                })
+                .optional()
+        })
+        .map_err(database_error("left_behind: purges"))
 }
 
-/// Drops up to `limit` messages of the deleted queue `queue_id`. Its FIFO
-/// state went with the queue, so there are no groups to refresh.
-pub(crate) fn message_sweep_deleted(
+/// Drops up to `limit` of what [`left_behind`] found; a purge whose last
+/// messages go loses its mark. A deleted queue's FIFO state went with it,
+/// and only standard queues are purged this way, so no group needs a refresh.
+pub(crate) fn message_sweep_left_behind(
     connection: &Connection,
-    queue_id: i64,
+    left_behind: LeftBehind,
     limit: u32,
 ) -> Result<u64, StoreError> {
-    connection
-        .prepare_cached(
-            "DELETE FROM messages WHERE seq IN (
-                 SELECT seq FROM messages WHERE queue_id = ?1 LIMIT ?2)
-             AND NOT EXISTS (SELECT 1 FROM queues WHERE id = ?1)",
-        )
-        .and_then(|mut delete| delete.execute(params![queue_id, limit]))
-        .map(|deleted| deleted as u64)
-        .map_err(database_error("message_sweep_deleted"))
+    match left_behind {
+        LeftBehind::DeletedQueue(queue_id) => connection
+            .prepare_cached(
+                "DELETE FROM messages WHERE seq IN (
+                     SELECT seq FROM messages WHERE queue_id = ?1 LIMIT ?2)
+                 AND NOT EXISTS (SELECT 1 FROM queues WHERE id = ?1)",
+            )
+            .and_then(|mut delete| delete.execute(params![queue_id, limit]))
+            .map(|deleted| deleted as u64)
+            .map_err(database_error("sweep: deleted queue")),
+        LeftBehind::Purged {
+            queue_id,
+            through_seq,
+        } => {
+            let deleted = connection
+                .prepare_cached(
+                    "DELETE FROM messages WHERE seq IN (
+                         SELECT seq FROM messages WHERE queue_id = ?1 AND seq <= ?2 LIMIT ?3)",
+                )
+                .and_then(|mut delete| delete.execute(params![queue_id, through_seq, limit]))
+                .map_err(database_error("sweep: purged queue"))?;
+            if deleted < limit as usize {
+                // Only this purge's mark: a later purge's stays for its rest.
+                connection
+                    .prepare_cached(
+                        "UPDATE queues SET purged_through_seq = NULL
+                         WHERE id = ?1 AND purged_through_seq = ?2",
+                    )
+                    .and_then(|mut update| update.execute(params![queue_id, through_seq]))
+                    .map_err(database_error("sweep: purge mark"))?;
+            }
+            Ok(deleted as u64)
+        }
+    }
 }
 
 pub(crate) fn message_expire(
