@@ -1,5 +1,6 @@
 //! The sweeper: drops messages that outlived their queue's
-//! `MessageRetentionPeriod`, and the messages deleted queues left behind.
+//! `MessageRetentionPeriod`, and the messages that deleted queues and purges
+//! of deep queues left behind.
 //!
 //! Receives already skip and drop expired messages they meet; the sweeper
 //! keeps the counters honest for queues nobody reads. It deletes in bounded
@@ -86,8 +87,9 @@ impl Engine {
                 Ok(0) => break,
                 Ok(dropped) => {
                     total += dropped;
-                    // Half the store's time at most: measured, a sweep
-                    // running flat out raised others' p99 from 8 to 166 ms.
+                    // Leaves the store at least half its time. Measured on a
+                    // purge of 1.9M: flat out, others' p99 went from 8 to
+                    // 166 ms; paced, to 133 ms (the deletes' I/O remains).
                     tokio::time::sleep(started.elapsed()).await;
                 }
                 Err(error) => {

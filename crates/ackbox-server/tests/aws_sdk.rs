@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use ackbox_core::clock::ManualClock;
 use ackbox_core::digest::{md5_of_attributes, md5_of_body};
 use ackbox_core::message::{MessageAttributeValue as CoreAttribute, MessageAttributes};
-use ackbox_testkit::client::{create_queue as create, error_code as code, queue_arn};
+use ackbox_testkit::client::{create_queue as create, error_code as code, queue_arn, queue_depth};
 use ackbox_testkit::server::TestServer;
 use aws_sdk_sqs::error::SdkError;
 use aws_sdk_sqs::primitives::Blob;
@@ -1628,19 +1628,7 @@ async fn a_purge_deeper_than_one_transaction_empties_the_queue_within_seconds_an
     while let Some(done) = senders.join_next().await {
         done.unwrap();
     }
-    let depth = || async {
-        client
-            .get_queue_attributes()
-            .queue_url(&url)
-            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
-            .send()
-            .await
-            .unwrap()
-            .attributes()
-            .unwrap()[&QueueAttributeName::ApproximateNumberOfMessages]
-            .parse::<usize>()
-            .unwrap()
-    };
+    let depth = || queue_depth(&client, &url);
     assert_eq!(depth().await, total);
     client.purge_queue().queue_url(&url).send().await.unwrap();
     client

@@ -96,7 +96,7 @@ pub(crate) fn from_json<T: serde::de::DeserializeOwned>(
 /// loose index scan, one index seek per queue id that has messages, so it
 /// costs the same beside five messages or five million. Queue ids are never
 /// reused, so an id without a queue row stays without one.
-pub(crate) const LEFT_BEHIND_QUEUE_SQL: &str = "
+pub(crate) const DELETED_QUEUE_WITH_MESSAGES_SQL: &str = "
     WITH RECURSIVE present(queue_id) AS (
         SELECT MIN(queue_id) FROM messages
         UNION ALL

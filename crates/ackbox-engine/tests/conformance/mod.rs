@@ -119,6 +119,29 @@ fn receive_params(queue_id: i64, now: i64, max: u32, lease_ms: i64) -> MessageRe
     }
 }
 
+/// `count` messages `{prefix}0`, `{prefix}1`, … sent and visible at `at`.
+fn numbered(prefix: &str, count: usize, at: i64) -> Vec<NewMessage> {
+    (0..count)
+        .map(|index| message(&format!("{prefix}{index}"), at, at))
+        .collect()
+}
+
+/// Runs the sweep of deleted and purged queues until it finds nothing;
+/// what each call dropped, each at most `limit`.
+async fn sweep_until_done(store: &dyn Store, limit: u32) -> Vec<u64> {
+    let mut swept = Vec::new();
+    loop {
+        match store.message_sweep_left_behind(limit).await.unwrap() {
+            0 => return swept,
+            dropped => {
+                assert!(dropped <= u64::from(limit), "{dropped} > {limit}");
+                swept.push(dropped);
+            }
+        }
+        assert!(swept.len() <= 100, "the sweep does not end: {swept:?}");
+    }
+}
+
 async fn stats(store: &dyn Store, queue_id: i64, now: i64) -> QueueStats {
     store
         .queue_stats(QueueStatsParams { queue_id, now })
@@ -213,14 +236,9 @@ pub async fn deleted_queues_leave_their_messages_to_a_chunked_sweep(fixture: Fix
     let deep = create(store, "deep", T0).await;
     let kept = create(store, "kept", T0).await;
     let shallow = create(store, "shallow", T0).await;
-    let numbered = |prefix: &str, count: usize| {
-        (0..count)
-            .map(|index| message(&format!("{prefix}{index}"), T0, T0))
-            .collect()
-    };
-    insert(store, deep, numbered("d", 25)).await;
-    insert(store, kept, numbered("k", 4)).await;
-    insert(store, shallow, numbered("s", 3)).await;
+    insert(store, deep, numbered("d", 25, T0)).await;
+    insert(store, kept, numbered("k", 4, T0)).await;
+    insert(store, shallow, numbered("s", 3, T0)).await;
     assert_eq!(store.message_sweep_left_behind(10).await.unwrap(), 0);
     for queue_id in [deep, shallow] {
         assert!(
@@ -235,15 +253,7 @@ pub async fn deleted_queues_leave_their_messages_to_a_chunked_sweep(fixture: Fix
         25,
         "DeleteQueue itself leaves the messages"
     );
-    let mut swept = Vec::new();
-    loop {
-        match store.message_sweep_left_behind(10).await.unwrap() {
-            0 => break,
-            dropped => swept.push(dropped),
-        }
-        assert!(swept.len() <= 10, "the sweep does not end: {swept:?}");
-    }
-    assert!(swept.iter().all(|&dropped| dropped <= 10), "{swept:?}");
+    let swept = sweep_until_done(store, 10).await;
     assert_eq!(swept.iter().sum::<u64>(), 28, "{swept:?}");
     assert_eq!(stats(store, deep, T0).await.visible, 0);
     assert_eq!(stats(store, shallow, T0).await.visible, 0);
@@ -1019,13 +1029,8 @@ pub async fn a_deep_purge_leaves_the_rest_to_the_sweep_and_spares_later_sends(fi
     let store = fixture.store.as_ref();
     let deep = create(store, "deep", T0).await;
     let other = create(store, "other", T0).await;
-    let numbered = |prefix: &str, count: usize| {
-        (0..count)
-            .map(|index| message(&format!("{prefix}{index}"), T0, T0))
-            .collect()
-    };
-    insert(store, deep, numbered("old", 25)).await;
-    insert(store, other, numbered("other", 3)).await;
+    insert(store, deep, numbered("old", 25, T0)).await;
+    insert(store, other, numbered("other", 3, T0)).await;
     let purge = |now: i64| QueuePurgeParams {
         queue_id: deep,
         now,
@@ -1039,16 +1044,9 @@ pub async fn a_deep_purge_leaves_the_rest_to_the_sweep_and_spares_later_sends(fi
             more: true
         }
     );
-    insert(store, deep, numbered("new", 2)).await;
+    insert(store, deep, numbered("new", 2, T0)).await;
     assert_eq!(stats(store, deep, T0).await.visible, 17);
-    let mut swept = Vec::new();
-    loop {
-        match store.message_sweep_left_behind(10).await.unwrap() {
-            0 => break,
-            dropped => swept.push(dropped),
-        }
-        assert!(swept.len() <= 10, "the sweep does not end: {swept:?}");
-    }
+    let swept = sweep_until_done(store, 10).await;
     assert_eq!(swept.iter().sum::<u64>(), 15, "{swept:?}");
     let received = store
         .message_receive(receive_params(deep, T0, 10, 1_000))

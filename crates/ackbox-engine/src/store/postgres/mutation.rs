@@ -11,8 +11,8 @@ use super::fifo::{self, TouchedGroups};
 use super::{MESSAGES_CHANNEL, QUEUES_CHANNEL};
 use crate::store::move_step::{self, StepEnd};
 use crate::store::{
-    ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureClassCount, FailureRecord,
-    InsertedMessage, LEFT_BEHIND_QUEUE_SQL, LeftBehind, MessageChangeVisibilityParams,
+    ChangeVisibilityOutcome, DELETED_QUEUE_WITH_MESSAGES_SQL, DeadLetterTarget, DeleteOutcome,
+    FailureClassCount, FailureRecord, InsertedMessage, LeftBehind, MessageChangeVisibilityParams,
     MessageDeleteParams, MessageExpireParams, MessageInsertParams, MessageNackParams,
     MessagePeekParams, MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome,
     MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams,
@@ -1471,7 +1471,7 @@ pub(super) async fn message_sweep_left_behind(
     connection: &mut PgConnection,
     limit: u32,
 ) -> Result<u64, StoreError> {
-    let deleted_queue: Option<i64> = sqlx::query_scalar(LEFT_BEHIND_QUEUE_SQL)
+    let deleted_queue: Option<i64> = sqlx::query_scalar(DELETED_QUEUE_WITH_MESSAGES_SQL)
         .fetch_optional(&mut *connection)
         .await
         .map_err(postgres_error("left_behind: deleted queues"))?;

@@ -73,6 +73,9 @@ fn open_connection(path: &Path, flags: OpenFlags) -> Result<Connection, StoreErr
     Ok(connection)
 }
 
+/// `PRAGMA auto_vacuum`'s value for INCREMENTAL.
+const AUTO_VACUUM_INCREMENTAL: i64 = 2;
+
 /// A store file at most this large that predates incremental vacuum is
 /// rebuilt with it at start; a larger one is left alone (a rebuild needs
 /// its size again in free disk and holds the start up) and a warning says how.
@@ -93,8 +96,8 @@ fn keep_free_pages_reclaimable(connection: &Connection, path: &Path) -> Result<(
     let mode: i64 = connection
         .query_row("PRAGMA auto_vacuum", [], |row| row.get(0))
         .map_err(database_error("read auto_vacuum"))?;
-    // 2 = INCREMENTAL, which a new file takes at once.
-    if mode == 2 {
+    // A new file takes the setting at once.
+    if mode == AUTO_VACUUM_INCREMENTAL {
         return Ok(());
     }
     let bytes = std::fs::metadata(path).map_or(0, |meta| meta.len());
@@ -541,7 +544,11 @@ mod tests {
             .close()
             .await
             .unwrap();
-        assert_eq!(auto_vacuum(new.path()), 2, "a new store is INCREMENTAL");
+        assert_eq!(
+            auto_vacuum(new.path()),
+            AUTO_VACUUM_INCREMENTAL,
+            "a new store is INCREMENTAL"
+        );
 
         let older = tempfile::tempdir().unwrap();
         Connection::open(older.path().join(DATABASE_FILE))
@@ -557,7 +564,11 @@ mod tests {
             .close()
             .await
             .unwrap();
-        assert_eq!(auto_vacuum(older.path()), 2, "an older store is rebuilt");
+        assert_eq!(
+            auto_vacuum(older.path()),
+            AUTO_VACUUM_INCREMENTAL,
+            "an older store is rebuilt"
+        );
         let kept: String = Connection::open(older.path().join(DATABASE_FILE))
             .unwrap()
             .query_row("SELECT v FROM kept", [], |row| row.get(0))

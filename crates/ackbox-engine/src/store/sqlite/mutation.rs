@@ -11,8 +11,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use super::fifo::{self, TouchedGroups};
 use crate::store::move_step::{self, StepEnd};
 use crate::store::{
-    ChangeVisibilityOutcome, DeadLetterTarget, DeleteOutcome, FailureRecord, InsertedMessage,
-    LEFT_BEHIND_QUEUE_SQL, LeftBehind, MessageChangeVisibilityParams, MessageDeleteParams,
+    ChangeVisibilityOutcome, DELETED_QUEUE_WITH_MESSAGES_SQL, DeadLetterTarget, DeleteOutcome,
+    FailureRecord, InsertedMessage, LeftBehind, MessageChangeVisibilityParams, MessageDeleteParams,
     MessageExpireParams, MessageInsertParams, MessageNackParams, MessagePeekParams,
     MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord,
     MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams,
@@ -1177,7 +1177,7 @@ pub(crate) fn move_task_cancel(
 /// unfinished purge's.
 pub(crate) fn left_behind(connection: &Connection) -> Result<Option<LeftBehind>, StoreError> {
     let deleted: Option<i64> = connection
-        .prepare_cached(LEFT_BEHIND_QUEUE_SQL)
+        .prepare_cached(DELETED_QUEUE_WITH_MESSAGES_SQL)
         .and_then(|mut select| select.query_row([], |row| row.get(0)).optional())
         .map_err(database_error("left_behind: deleted queues"))?;
     if let Some(queue_id) = deleted {

@@ -18,10 +18,10 @@
 //! group made only of lazy jobs commits without an fsync; the next durable
 //! commit's fsync covers it, since the WAL is synced as a whole.
 //!
-//! When no job came for a while, the writer returns the file's free pages to the file
-//! system a step at a time (`PRAGMA incremental_vacuum`), so that a store that
-//! drained appends its next messages instead of scattering them over old
-//! pages. Under load it leaves them: inserts reuse them anyway.
+//! When no job came for a while, the writer returns the file's free pages to
+//! the file system a step at a time (`PRAGMA incremental_vacuum`), so that a
+//! store that drained appends its next messages instead of scattering them
+//! over old pages. Under load it leaves them: inserts reuse them anyway.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -141,7 +141,7 @@ impl Writer {
                     operation: "read auto_vacuum",
                     source,
                 })?
-                == 2,
+                == super::AUTO_VACUUM_INCREMENTAL,
             ..Reclaim::default()
         };
         let thread = std::thread::Builder::new()
