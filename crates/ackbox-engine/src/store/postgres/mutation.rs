@@ -1512,10 +1512,12 @@ pub(super) async fn message_sweep_left_behind(
     .map_err(postgres_error("sweep"))?
     .rows_affected();
     if matches!(left_behind, LeftBehind::Purged { .. }) && deleted < u64::from(limit) {
-        // Only this purge's mark: a later purge's stays for its rest.
+        // Only this purge's mark (a later purge's stays for its rest), and
+        // only when no row was skipped because a receive held it.
         sqlx::query(
             "UPDATE queues SET purged_through_seq = NULL
-             WHERE id = $1 AND purged_through_seq = $2",
+             WHERE id = $1 AND purged_through_seq = $2
+               AND NOT EXISTS (SELECT 1 FROM messages WHERE queue_id = $1 AND seq <= $2)",
         )
         .bind(queue_id)
         .bind(through_seq)
