@@ -12,7 +12,7 @@ use super::{MESSAGES_CHANNEL, QUEUES_CHANNEL};
 use crate::store::move_step::{self, StepEnd};
 use crate::store::{
     ChangeVisibilityOutcome, DELETED_QUEUE_WITH_MESSAGES_SQL, DeadLetterTarget, DeleteOutcome,
-    FailureClassCount, FailureRecord, InsertedMessage, LeftBehind, MessageChangeVisibilityParams,
+    FailureClassCount, FailureRecord, InsertedMessage, MessageChangeVisibilityParams,
     MessageDeleteParams, MessageExpireParams, MessageInsertParams, MessageNackParams,
     MessagePeekParams, MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome,
     MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams,
@@ -236,8 +236,8 @@ pub(super) async fn queue_purge(
 ) -> Result<QueuePurgeOutcome, StoreError> {
     // The row lock makes the cooldown hold across nodes: a second purge
     // waits for the first and then sees its mark.
-    let last_purged_at: Option<i64> =
-        sqlx::query_scalar("SELECT last_purged_at FROM queues WHERE id = $1 FOR NO KEY UPDATE")
+    let (last_purged_at, fifo): (Option<i64>, bool) =
+        sqlx::query_as("SELECT last_purged_at, fifo FROM queues WHERE id = $1 FOR NO KEY UPDATE")
             .bind(params.queue_id)
             .fetch_optional(&mut *connection)
             .await
@@ -248,7 +248,7 @@ pub(super) async fn queue_purge(
     if last_purged_at.is_some_and(|at| at >= params.purged_after) {
         return Ok(QueuePurgeOutcome::InProgress);
     }
-    let (deleted, through_seq) = if queue_kind(connection, params.queue_id).await? == Some(true) {
+    let (deleted, through_seq) = if fifo {
         fifo::lock_queue(connection, params.queue_id).await?;
         let deleted = sqlx::query("DELETE FROM messages WHERE queue_id = $1")
             .bind(params.queue_id)
@@ -1475,8 +1475,9 @@ pub(super) async fn message_sweep_left_behind(
         .fetch_optional(&mut *connection)
         .await
         .map_err(postgres_error("left_behind: deleted queues"))?;
-    let left_behind = match deleted_queue {
-        Some(queue_id) => LeftBehind::DeletedQueue(queue_id),
+    // A deleted queue's messages go whole; a purge's up to its mark.
+    let (queue_id, purged_through) = match deleted_queue {
+        Some(queue_id) => (queue_id, None),
         None => {
             let purge: Option<(i64, i64)> = sqlx::query_as(UNFINISHED_PURGE_SQL)
                 .fetch_optional(&mut *connection)
@@ -1485,33 +1486,25 @@ pub(super) async fn message_sweep_left_behind(
             let Some((queue_id, through_seq)) = purge else {
                 return Ok(0);
             };
-            LeftBehind::Purged {
-                queue_id,
-                through_seq,
-            }
+            (queue_id, Some(through_seq))
         }
     };
     // SKIP LOCKED: nodes sweeping at once take different rows.
-    let (queue_id, through_seq) = match left_behind {
-        LeftBehind::DeletedQueue(queue_id) => (queue_id, i64::MAX),
-        LeftBehind::Purged {
-            queue_id,
-            through_seq,
-        } => (queue_id, through_seq),
-    };
     let deleted = sqlx::query(
         "DELETE FROM messages WHERE seq IN (
              SELECT seq FROM messages WHERE queue_id = $1 AND seq <= $2
              LIMIT $3 FOR UPDATE SKIP LOCKED)",
     )
     .bind(queue_id)
-    .bind(through_seq)
+    .bind(purged_through.unwrap_or(i64::MAX))
     .bind(i64::from(limit))
     .execute(&mut *connection)
     .await
     .map_err(postgres_error("sweep"))?
     .rows_affected();
-    if matches!(left_behind, LeftBehind::Purged { .. }) && deleted < u64::from(limit) {
+    if let Some(through_seq) = purged_through
+        && deleted < u64::from(limit)
+    {
         // Only this purge's mark (a later purge's stays for its rest), and
         // only when no row was skipped because a receive held it.
         sqlx::query(

@@ -536,14 +536,18 @@ mod tests {
             .unwrap()
     }
 
-    #[tokio::test]
-    async fn new_and_older_stores_return_free_pages() {
-        let new = tempfile::tempdir().unwrap();
-        SqliteStore::open(new.path(), Durability::Fsync)
+    async fn open_and_close(data_dir: &Path) {
+        SqliteStore::open(data_dir, Durability::Fsync)
             .unwrap()
             .close()
             .await
             .unwrap();
+    }
+
+    #[tokio::test]
+    async fn new_and_older_stores_return_free_pages() {
+        let new = tempfile::tempdir().unwrap();
+        open_and_close(new.path()).await;
         assert_eq!(
             auto_vacuum(new.path()),
             AUTO_VACUUM_INCREMENTAL,
@@ -559,11 +563,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(auto_vacuum(older.path()), 0);
-        SqliteStore::open(older.path(), Durability::Fsync)
-            .unwrap()
-            .close()
-            .await
-            .unwrap();
+        open_and_close(older.path()).await;
         assert_eq!(
             auto_vacuum(older.path()),
             AUTO_VACUUM_INCREMENTAL,

@@ -174,11 +174,11 @@ pub(crate) fn queue_purge(
     connection: &Connection,
     params: &QueuePurgeParams,
 ) -> Result<QueuePurgeOutcome, StoreError> {
-    let last_purged_at: Option<i64> = connection
+    let (last_purged_at, fifo): (Option<i64>, bool) = connection
         .query_row(
-            "SELECT last_purged_at FROM queues WHERE id = ?1",
+            "SELECT last_purged_at, fifo FROM queues WHERE id = ?1",
             [params.queue_id],
-            |row| row.get(0),
+            |row| Ok((row.get(0)?, row.get(1)?)),
         )
         .optional()
         .map_err(database_error("queue_purge: lookup"))?
@@ -188,7 +188,7 @@ pub(crate) fn queue_purge(
     if last_purged_at.is_some_and(|at| at >= params.purged_after) {
         return Ok(QueuePurgeOutcome::InProgress);
     }
-    if fifo::queue_kind(connection, params.queue_id)? == Some(true) {
+    if fifo {
         let deleted = connection
             .execute(
                 "DELETE FROM messages WHERE queue_id = ?1",
