@@ -117,10 +117,23 @@ fn is_allowed_char(ch: char) -> bool {
     matches!(ch, '\u{9}' | '\u{A}' | '\u{D}' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..='\u{10FFFF}')
 }
 
+/// Whether `text` is only ASCII from space up, tabs and line breaks: the
+/// common body, all allowed. A fold over bytes without an early exit is
+/// vectorised, where decoding each character measured 1.7 % of the server's
+/// CPU while sending 256 B messages.
+fn is_plain_ascii_text(text: &str) -> bool {
+    text.bytes().fold(true, |plain, byte| {
+        plain & (matches!(byte, b'\t' | b'\n' | b'\r') | (0x20..0x80).contains(&byte))
+    })
+}
+
 /// Checks a message body: present, non-empty and of allowed characters.
 pub fn validate_body(body: &str) -> Result<(), SqsError> {
     if body.is_empty() {
         return Err(SqsError::missing_parameter("MessageBody"));
+    }
+    if is_plain_ascii_text(body) {
+        return Ok(());
     }
     if let Some(bad) = body.chars().find(|ch| !is_allowed_char(*ch)) {
         return Err(SqsError::new(
@@ -288,6 +301,20 @@ mod tests {
             ErrorCode::InvalidMessageContents
         );
         assert!(validate_body("tab\tnew\nline ✓ 😀").is_ok());
+        assert!(validate_body("plain ASCII, \u{7F} and all").is_ok());
+        for bad in [
+            "ascii\u{0}",
+            "\u{1F}ascii",
+            "é\u{8}",
+            "\u{FFFE}",
+            "x\u{FFFF}",
+        ] {
+            assert_eq!(
+                validate_body(bad).unwrap_err().code,
+                ErrorCode::InvalidMessageContents,
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

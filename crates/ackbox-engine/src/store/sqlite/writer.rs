@@ -95,6 +95,10 @@ struct Shared {
 struct Queue {
     pending: VecDeque<Pending>,
     closing: bool,
+    /// The writer waits on `wake`. Only then does a submitter signal it: a
+    /// signal is a system call, and under load the writer is busy committing
+    /// and takes the job with the next group anyway.
+    writer_waiting: bool,
 }
 
 /// Handle to the writer thread. Dropping it without [`Writer::close`] tells
@@ -122,6 +126,7 @@ impl Writer {
             jobs: Mutex::new(Queue {
                 pending: VecDeque::new(),
                 closing: false,
+                writer_waiting: false,
             }),
             wake: Condvar::new(),
         });
@@ -196,7 +201,7 @@ impl Writer {
             });
             (succeeded, completion)
         });
-        {
+        let writer_waiting = {
             let mut queue = self.shared.jobs.lock().expect("writer queue lock poisoned");
             if queue.closing {
                 return Err(StoreError::Unavailable {
@@ -208,8 +213,11 @@ impl Writer {
                 commit,
                 _slot: slot,
             });
+            queue.writer_waiting
+        };
+        if writer_waiting {
+            self.shared.wake.notify_one();
         }
-        self.shared.wake.notify_one();
         answer.await.map_err(|_| StoreError::Unavailable {
             reason: "the writer stopped before answering",
         })?
@@ -394,8 +402,11 @@ impl WriterLoop {
                 (Some(sync), Some(reclaim)) => Some(sync.min(reclaim)),
                 (sync, reclaim) => sync.or(reclaim),
             };
+            if wait.is_some_and(|wait| wait.is_zero()) {
+                break;
+            }
+            queue.writer_waiting = true;
             queue = match wait {
-                Some(wait) if wait.is_zero() => break,
                 Some(wait) => {
                     self.shared
                         .wake
@@ -409,6 +420,7 @@ impl WriterLoop {
                     .wait(queue)
                     .expect("writer queue lock poisoned"),
             };
+            queue.writer_waiting = false;
         }
         let take = queue.pending.len().min(MAX_JOBS_PER_COMMIT);
         let batch = queue.pending.drain(..take).collect();
