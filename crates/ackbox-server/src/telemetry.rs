@@ -113,6 +113,8 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     }
     metrics::gauge!("ackbox_process_resident_memory_bytes").set(resident_memory_bytes() as f64);
     metrics::gauge!("ackbox_open_connections").set(OPEN_CONNECTIONS.load(Ordering::Relaxed) as f64);
+    metrics::gauge!("ackbox_worker_threads")
+        .set(tokio::runtime::Handle::current().metrics().num_workers() as f64);
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
         handle.render(),

@@ -75,9 +75,11 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(command: Command) -> anyhow::Result<()> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Command::Serve(args) = &command {
+        runtime.worker_threads(args.worker_threads());
+    }
+    let runtime = runtime.enable_all().build()?;
     runtime.block_on(async {
         match command {
             Command::Serve(args) => cmd::serve::run(args).await,

@@ -181,6 +181,55 @@ fn serve_refuses_bad_flags() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("12 digits"));
 }
 
+/// `ackbox_worker_threads` from the server's `/metrics`.
+async fn worker_threads(server: &ServerProcess) -> usize {
+    let reply = ackbox_testkit::client::call_raw(&server.url(), "GET", "/metrics", &[], b"").await;
+    let metrics = String::from_utf8(reply.body).unwrap();
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("ackbox_worker_threads "))
+        .unwrap_or_else(|| panic!("no ackbox_worker_threads in {metrics}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn serve_leaves_the_embedded_writer_a_cpu_unless_told_otherwise() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), free_port(), &[]);
+    assert_eq!(worker_threads(&server).await, cpus.saturating_sub(1).max(1));
+    drop(server);
+    let server = ServerProcess::start(
+        BINARY.as_ref(),
+        data_dir.path(),
+        free_port(),
+        &["--worker-threads", "3"],
+    );
+    assert_eq!(worker_threads(&server).await, 3);
+    drop(server);
+
+    let output = Command::new(BINARY)
+        .args([
+            "serve",
+            "--worker-threads",
+            "0",
+            "--port",
+            "0",
+            "--data-dir",
+        ])
+        .arg(data_dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--worker-threads") && stderr.contains('0'),
+        "{stderr}"
+    );
+}
+
 fn credentials(id: &str, secret: &str) -> String {
     format!(
         "[[keys]]\naccess_key_id = \"{id}\"\nsecret_access_key = \"{secret}\"\n\

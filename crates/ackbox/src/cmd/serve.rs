@@ -110,6 +110,11 @@ pub(crate) struct Args {
     /// Longest a request may take, long polls included (more than 20).
     #[arg(long, env = "ACKBOX_REQUEST_TIMEOUT_SECS", default_value_t = HttpLimits::default().request_timeout.as_secs())]
     request_timeout_secs: u64,
+    /// Threads serving requests. Default: with the embedded store one fewer
+    /// than the CPUs (its writer thread keeps one busy under load), at least
+    /// one; with PostgreSQL, one per CPU.
+    #[arg(long, env = "ACKBOX_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..))]
+    worker_threads: Option<u16>,
 }
 
 fn millis(duration: Duration) -> u64 {
@@ -117,6 +122,27 @@ fn millis(duration: Duration) -> u64 {
 }
 
 impl Args {
+    /// How many threads the runtime serving requests gets; see `--worker-threads`.
+    ///
+    /// Measured on 2 CPUs with the embedded store (7 interleaved rounds):
+    /// one worker instead of two cut the server's CPU at 1,000 messages a
+    /// second by 12 % and that workload's acknowledgement p99 from 3.4–5.9 ms
+    /// to 2.3–2.4 ms (medians of two runs), as the workers no longer preempt
+    /// the writer or wake each other to steal work; throughput moved within
+    /// the machine's noise.
+    pub(crate) fn worker_threads(&self) -> usize {
+        if let Some(threads) = self.worker_threads {
+            return usize::from(threads);
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+        let embedded = self.store.trim().eq_ignore_ascii_case("sqlite");
+        if embedded {
+            cpus.saturating_sub(1).max(1)
+        } else {
+            cpus
+        }
+    }
+
     /// The PostgreSQL store `--store` names, or `None` for the embedded one.
     fn postgres(&self) -> anyhow::Result<Option<PostgresOptions>> {
         let store = self.store.trim();
