@@ -124,31 +124,35 @@ fn millis(duration: Duration) -> u64 {
 impl Args {
     /// How many threads the runtime serving requests gets; see `--worker-threads`.
     ///
-    /// Measured on 2 CPUs with the embedded store (7 interleaved rounds):
-    /// one worker instead of two cut the server's CPU at 1,000 messages a
-    /// second by 12 % and that workload's acknowledgement p99 from 3.4–5.9 ms
-    /// to 2.3–2.4 ms (medians of two runs), as the workers no longer preempt
-    /// the writer or wake each other to steal work; throughput moved within
-    /// the machine's noise.
+    /// Measured on 2 CPUs with the embedded store (medians of two runs of 3
+    /// and 4 interleaved rounds): one worker instead of two cut the server's
+    /// CPU at 1,000 messages a second by 12 % and that workload's
+    /// acknowledgement p99 from 3.4–5.9 ms to 2.3–2.4 ms, as the workers no
+    /// longer preempt the writer or wake each other to steal work;
+    /// throughput moved within the machine's noise.
     pub(crate) fn worker_threads(&self) -> usize {
         if let Some(threads) = self.worker_threads {
             return usize::from(threads);
         }
         let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-        let embedded = self.store.trim().eq_ignore_ascii_case("sqlite");
-        if embedded {
+        if self.embedded_store() {
             cpus.saturating_sub(1).max(1)
         } else {
             cpus
         }
     }
 
+    /// `--store` names the embedded store.
+    fn embedded_store(&self) -> bool {
+        self.store.trim().eq_ignore_ascii_case("sqlite")
+    }
+
     /// The PostgreSQL store `--store` names, or `None` for the embedded one.
     fn postgres(&self) -> anyhow::Result<Option<PostgresOptions>> {
-        let store = self.store.trim();
-        if store.eq_ignore_ascii_case("sqlite") {
+        if self.embedded_store() {
             return Ok(None);
         }
+        let store = self.store.trim();
         if !(store.starts_with("postgres://") || store.starts_with("postgresql://")) {
             anyhow::bail!(
                 "--store (ACKBOX_STORE) must be `sqlite` or a postgres:// URL; got {:?}",
