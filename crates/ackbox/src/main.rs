@@ -6,6 +6,14 @@ use tracing_subscriber::EnvFilter;
 mod api_client;
 mod cmd;
 
+/// glibc's allocator took 7 % of the server's CPU sending 256 B messages
+/// (`perf`: `_int_malloc`, `_int_free`, `malloc_consolidate`, …): every
+/// request allocates and frees dozens of small buffers across threads.
+/// With mimalloc, 4 interleaved rounds: W1 server CPU 24.4 → 22.3 µs per
+/// message, W2 33.8 → 27.5 µs, for 11–15 MiB more resident memory.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A durable, self-hostable message queue that speaks the Amazon SQS API.
 #[derive(Debug, Parser)]
 #[command(name = "ackbox", version, about)]
