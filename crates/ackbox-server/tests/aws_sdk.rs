@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use ackbox_core::clock::ManualClock;
 use ackbox_core::digest::{md5_of_attributes, md5_of_body};
 use ackbox_core::message::{MessageAttributeValue as CoreAttribute, MessageAttributes};
-use ackbox_testkit::client::{create_queue as create, error_code as code, queue_arn, queue_depth};
+use ackbox_testkit::client::{
+    create_queue as create, error_code as code, queue_arn, queue_depth, receive_bodies,
+};
 use ackbox_testkit::server::TestServer;
 use aws_sdk_sqs::error::SdkError;
 use aws_sdk_sqs::primitives::Blob;
@@ -1054,19 +1056,7 @@ async fn messages_past_retention_are_dropped() {
         .await
         .unwrap();
     clock.advance_secs(31);
-    let received = client
-        .receive_message()
-        .queue_url(&url)
-        .max_number_of_messages(10)
-        .send()
-        .await
-        .unwrap();
-    let bodies: Vec<&str> = received
-        .messages()
-        .iter()
-        .map(|message| message.body().unwrap())
-        .collect();
-    assert_eq!(bodies, ["young"]);
+    assert_eq!(receive_bodies(&client, &url).await, ["young"]);
 }
 
 #[tokio::test]
@@ -1296,20 +1286,9 @@ async fn inv2_restart_recovers_queues_attributes_tags_and_messages() {
     assert_eq!(visible.messages().len(), 1);
     assert_ne!(visible.messages()[0].body().unwrap(), held_body);
     clock.advance_secs(41);
-    let reappeared = client
-        .receive_message()
-        .queue_url(&url)
-        .max_number_of_messages(10)
-        .send()
-        .await
-        .unwrap();
-    let bodies: Vec<&str> = reappeared
-        .messages()
-        .iter()
-        .map(|message| message.body().unwrap())
-        .collect();
+    let bodies = receive_bodies(&client, &url).await;
     assert!(
-        bodies.contains(&held_body.as_str()),
+        bodies.contains(&held_body),
         "the in-flight message is receivable after its lease: {bodies:?}"
     );
     server.stop().await;
@@ -1643,17 +1622,9 @@ async fn a_purge_deeper_than_one_transaction_empties_the_queue_within_seconds_an
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(depth().await, 1, "the sweeper finished the purge");
-    let received = client
-        .receive_message()
-        .queue_url(&url)
-        .max_number_of_messages(10)
-        .send()
-        .await
-        .unwrap();
-    let bodies: Vec<&str> = received
-        .messages()
-        .iter()
-        .filter_map(|message| message.body())
-        .collect();
-    assert_eq!(bodies, ["after"], "a send after the purge is kept");
+    assert_eq!(
+        receive_bodies(&client, &url).await,
+        ["after"],
+        "a send after the purge is kept"
+    );
 }

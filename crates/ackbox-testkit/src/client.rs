@@ -350,3 +350,21 @@ pub async fn queue_depth(client: &Client, url: &str) -> usize {
     .map(|name| attributes[name].parse::<usize>().expect("a count"))
     .sum()
 }
+
+/// Receives up to 10 messages without waiting and returns their bodies.
+///
+/// # Panics
+/// When the receive fails.
+pub async fn receive_bodies(client: &Client, url: &str) -> Vec<String> {
+    client
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .send()
+        .await
+        .expect("ReceiveMessage succeeds")
+        .messages()
+        .iter()
+        .map(|message| message.body().expect("a body").to_owned())
+        .collect()
+}
