@@ -405,7 +405,7 @@ impl Store for SqliteStore {
         // redriven message could be processed and then redriven again.
         self.inner
             .writer
-            .submit(Commit::Durable, move |connection| {
+            .submit_in_background(Commit::Durable, move |connection| {
                 mutation::move_task_step(connection, &params)
             })
             .await
@@ -482,7 +482,7 @@ impl Store for SqliteStore {
     async fn message_expire(&self, params: MessageExpireParams) -> Result<u64, StoreError> {
         self.inner
             .writer
-            .submit(Commit::Lazy, move |connection| {
+            .submit_in_background(Commit::Lazy, move |connection| {
                 mutation::message_expire(connection, &params)
             })
             .await
@@ -492,7 +492,7 @@ impl Store for SqliteStore {
         // Forgetting late is harmless: a lookup checks the entry's age itself.
         self.inner
             .writer
-            .submit(Commit::Lazy, move |connection| {
+            .submit_in_background(Commit::Lazy, move |connection| {
                 fifo::window_expire(connection, before)
             })
             .await
@@ -506,7 +506,7 @@ impl Store for SqliteStore {
         // that the sweeper drops again.
         self.inner
             .writer
-            .submit(Commit::Lazy, move |connection| {
+            .submit_in_background(Commit::Lazy, move |connection| {
                 mutation::message_sweep_left_behind(connection, left_behind, limit)
             })
             .await

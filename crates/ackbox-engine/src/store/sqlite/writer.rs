@@ -1,13 +1,23 @@
-//! The single SQLite writer: group commit on a dedicated OS thread.
+//! The single SQLite writer: group commit, one committer at a time.
 //!
-//! Every mutation is a [`Job`] pushed onto a bounded queue. The writer thread
-//! takes all queued jobs (up to [`MAX_JOBS_PER_COMMIT`]), runs each inside its
-//! own savepoint of one transaction and commits. In [`Durability::Fsync`] mode
-//! it then hands the group to the flusher thread, which fsyncs the WAL and only
-//! then completes every job of every group committed before that fsync began.
-//! A caller is therefore never told "done" before its change is durable,
-//! concurrent callers share one fsync, and the next group is built and
-//! committed while the disk is still busy with the previous one.
+//! Every mutation is a [`Job`] pushed onto a bounded queue. Whoever holds the
+//! committer role takes all queued jobs (up to [`MAX_JOBS_PER_COMMIT`]), runs
+//! each inside its own savepoint of one transaction and commits. In
+//! [`Durability::Fsync`] mode it then hands the group to the flusher thread,
+//! which fsyncs the WAL and only then completes every job of every group
+//! committed before that fsync began. A caller is therefore never told "done"
+//! before its change is durable, concurrent callers share one fsync, and the
+//! next group is built and committed while the disk is still busy with the
+//! previous one.
+//!
+//! The role goes to a submitting task when nobody holds it: that task yields
+//! once, so the requests ready on its thread queue their jobs too, and then
+//! commits the group on its own thread. Handing every job to a writer thread
+//! and the answer back costs two thread wake-ups per request, which on a
+//! small machine cost more than committing a small group. The writer thread
+//! takes the role when a submitter leaves work behind (under load it keeps
+//! it while the queue refills, and submitters only queue), for timed chores,
+//! and to drain the queue when the store closes.
 //!
 //! Backpressure: at most [`QUEUE_CAPACITY`] jobs wait; further submitters wait
 //! asynchronously for a slot instead of growing memory without bound.
@@ -47,6 +57,9 @@ const RECLAIM_PAGES_PER_STEP: i64 = 1_024;
 /// A step is taken only after this long without a commit: a steady trickle
 /// of jobs (1,000 a second) never waits behind one.
 const RECLAIM_AFTER_IDLE: Duration = Duration::from_millis(50);
+/// How soon the writer thread looks again for a due chore while a
+/// submitter holds the committer role.
+const CHORE_RETRY: Duration = Duration::from_millis(1);
 
 /// How hard a commit is pushed to disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,21 +97,70 @@ struct Pending {
     _slot: OwnedSemaphorePermit,
 }
 
-/// State shared between submitters (writers of `jobs`) and the writer thread
-/// (the only reader of `jobs`).
+/// State shared between submitters and the writer thread.
 struct Shared {
     jobs: Mutex<Queue>,
-    /// Signalled when a job arrives or the writer must stop.
+    /// Signalled when the writer thread must act: the committer role was
+    /// handed to it, a timer changed, or the store closes.
     wake: Condvar,
+    /// The connection and its bookkeeping; locked only by the role holder.
+    committer: Mutex<Committer>,
+}
+
+/// Who runs the queued jobs now. Exactly one holder at a time, so the
+/// connection is never contended and no job waits without someone bound to
+/// drain it: every push happens under the queue lock and every release
+/// re-checks the queue under the same lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// Nobody: the next submitter commits its own job (and whatever joined it).
+    Free,
+    /// A submitting task commits one group on its own thread.
+    Submitter,
+    /// The writer thread commits until the queue is empty.
+    Thread,
 }
 
 struct Queue {
     pending: VecDeque<Pending>,
     closing: bool,
-    /// The writer waits on `wake`. Only then does a submitter signal it: a
-    /// signal is a system call, and under load the writer is busy committing
-    /// and takes the job with the next group anyway.
+    role: Role,
+    /// The writer thread waits on `wake`; only then is a signal needed.
     writer_waiting: bool,
+    /// When the writer thread must next take the role for a timed chore (a
+    /// relaxed-mode fsync, a free-page step), as last computed by a holder.
+    chore_at: Option<Instant>,
+}
+
+impl Queue {
+    /// Gives the role up: to the writer thread when work is left (or the
+    /// store closes), otherwise to whoever submits next. Records when the
+    /// writer's next chore is due and wakes it if that is sooner than it knew.
+    fn release(&mut self, chore_at: Option<Instant>, wake: &Condvar) {
+        let sooner = match (chore_at, self.chore_at) {
+            (Some(new), Some(known)) => new < known,
+            (new, _) => new.is_some(),
+        };
+        self.chore_at = chore_at;
+        if !self.pending.is_empty() || self.closing {
+            self.role = Role::Thread;
+            wake.notify_one();
+        } else {
+            self.role = Role::Free;
+            if sooner && self.writer_waiting {
+                wake.notify_one();
+            }
+        }
+    }
+}
+
+/// Where a submitted job may be committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Committed {
+    /// On the submitting thread, when nobody else is committing.
+    WhereSubmitted,
+    /// On the writer thread.
+    OnWriterThread,
 }
 
 /// Handle to the writer thread. Dropping it without [`Writer::close`] tells
@@ -115,6 +177,53 @@ impl std::fmt::Debug for Writer {
     }
 }
 
+/// A submitter's hold on [`Role::Submitter`]. If the submitting task is
+/// dropped before it commits (its request was cancelled while it yielded),
+/// the role passes to the writer thread so the queued jobs still commit.
+struct SubmitterRole<'a> {
+    shared: &'a Shared,
+    held: bool,
+}
+
+impl SubmitterRole<'_> {
+    /// Commits one group (the jobs queued now, this submitter's among them)
+    /// on the calling thread, then gives the role up.
+    fn commit_one_group(mut self) {
+        let batch = {
+            let mut queue = self.shared.jobs.lock().expect("writer queue lock poisoned");
+            let take = queue.pending.len().min(MAX_JOBS_PER_COMMIT);
+            queue.pending.drain(..take).collect::<Vec<_>>()
+        };
+        let chore_at = {
+            let mut committer = self
+                .shared
+                .committer
+                .lock()
+                .expect("writer state lock poisoned");
+            committer.commit(batch);
+            committer.sync_if_due(false);
+            committer.chore_at()
+        };
+        self.held = false;
+        self.shared
+            .jobs
+            .lock()
+            .expect("writer queue lock poisoned")
+            .release(chore_at, &self.shared.wake);
+    }
+}
+
+impl Drop for SubmitterRole<'_> {
+    fn drop(&mut self) {
+        if self.held
+            && let Ok(mut queue) = self.shared.jobs.lock()
+        {
+            queue.role = Role::Thread;
+            self.shared.wake.notify_one();
+        }
+    }
+}
+
 impl Writer {
     /// Starts the writer thread on `connection`.
     pub(crate) fn start(
@@ -122,15 +231,6 @@ impl Writer {
         wal_path: PathBuf,
         durability: Durability,
     ) -> Result<Self, StoreError> {
-        let shared = Arc::new(Shared {
-            jobs: Mutex::new(Queue {
-                pending: VecDeque::new(),
-                closing: false,
-                writer_waiting: false,
-            }),
-            wake: Condvar::new(),
-        });
-        let thread_shared = Arc::clone(&shared);
         let thread_error = |source| StoreError::Io {
             path: "ackbox-sqlite-writer thread".to_owned(),
             source,
@@ -149,20 +249,28 @@ impl Writer {
                 == super::AUTO_VACUUM_INCREMENTAL,
             ..Reclaim::default()
         };
+        let shared = Arc::new(Shared {
+            jobs: Mutex::new(Queue {
+                pending: VecDeque::new(),
+                closing: false,
+                role: Role::Free,
+                writer_waiting: false,
+                chore_at: None,
+            }),
+            wake: Condvar::new(),
+            committer: Mutex::new(Committer {
+                connection,
+                wal_path,
+                durability,
+                unsynced_since: None,
+                flusher,
+                reclaim,
+            }),
+        });
+        let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("ackbox-sqlite-writer".to_owned())
-            .spawn(move || {
-                WriterLoop {
-                    connection,
-                    wal_path,
-                    durability,
-                    shared: thread_shared,
-                    unsynced_since: None,
-                    flusher,
-                    reclaim,
-                }
-                .run();
-            })
+            .spawn(move || run_writer_thread(&thread_shared))
             .map_err(thread_error)?;
         Ok(Self {
             shared,
@@ -172,7 +280,42 @@ impl Writer {
     }
 
     /// Runs `work` in the next group commit and returns its result once durable.
+    ///
+    /// When nobody is committing, the submitting task commits the group
+    /// itself, on its own thread, after yielding once so that the other
+    /// requests ready on this thread join the group: a hand-over to the
+    /// writer thread and back costs two thread wake-ups per request, more
+    /// than the commit of a small group.
     pub(crate) async fn submit<T, F>(&self, commit: Commit, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.enqueue(commit, Committed::WhereSubmitted, work).await
+    }
+
+    /// Like [`Writer::submit`], but the job always runs on the writer thread:
+    /// for bulk background work (sweeps of thousands of rows) that would
+    /// otherwise hold a request thread, and every request waiting on it,
+    /// for its whole run.
+    pub(crate) async fn submit_in_background<T, F>(
+        &self,
+        commit: Commit,
+        work: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        self.enqueue(commit, Committed::OnWriterThread, work).await
+    }
+
+    async fn enqueue<T, F>(
+        &self,
+        commit: Commit,
+        place: Committed,
+        work: F,
+    ) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -201,7 +344,7 @@ impl Writer {
             });
             (succeeded, completion)
         });
-        let writer_waiting = {
+        let commits_itself = {
             let mut queue = self.shared.jobs.lock().expect("writer queue lock poisoned");
             if queue.closing {
                 return Err(StoreError::Unavailable {
@@ -213,10 +356,27 @@ impl Writer {
                 commit,
                 _slot: slot,
             });
-            queue.writer_waiting
+            // A holder re-checks the queue before releasing: no signal needed.
+            match (queue.role, place) {
+                (Role::Free, Committed::WhereSubmitted) => {
+                    queue.role = Role::Submitter;
+                    true
+                }
+                (Role::Free, Committed::OnWriterThread) => {
+                    queue.role = Role::Thread;
+                    self.shared.wake.notify_one();
+                    false
+                }
+                _ => false,
+            }
         };
-        if writer_waiting {
-            self.shared.wake.notify_one();
+        if commits_itself {
+            let role = SubmitterRole {
+                shared: &self.shared,
+                held: true,
+            };
+            tokio::task::yield_now().await;
+            role.commit_one_group();
         }
         answer.await.map_err(|_| StoreError::Unavailable {
             reason: "the writer stopped before answering",
@@ -314,11 +474,12 @@ impl Flusher {
     }
 }
 
-struct WriterLoop {
+/// The writer connection and what committing needs to remember between
+/// groups; used by whoever holds the committer [`Role`].
+struct Committer {
     connection: Connection,
     wal_path: PathBuf,
     durability: Durability,
-    shared: Arc<Shared>,
     /// When the oldest durable commit not yet fsynced was made (relaxed mode).
     unsynced_since: Option<Instant>,
     /// In fsync mode, the thread that syncs committed groups and answers them.
@@ -345,90 +506,99 @@ impl Reclaim {
         self.last_busy = Some(Instant::now());
     }
 
-    fn due_in(&self) -> Option<Duration> {
+    fn due_at(&self) -> Option<Instant> {
         if !(self.enabled && self.pending) {
             return None;
         }
-        Some(self.last_busy.map_or(Duration::ZERO, |last| {
-            RECLAIM_AFTER_IDLE.saturating_sub(last.elapsed())
-        }))
+        Some(
+            self.last_busy
+                .map_or_else(Instant::now, |last| last + RECLAIM_AFTER_IDLE),
+        )
     }
 }
 
-impl WriterLoop {
-    fn run(mut self) {
-        loop {
-            let (batch, closing) = self.next_batch();
-            if !batch.is_empty() {
-                self.commit(batch);
-                self.reclaim.busy();
-            }
-            self.sync_if_due(closing);
-            if closing && self.queue_is_empty() {
-                break;
-            }
-            if !closing {
-                self.reclaim_free_pages_if_idle();
-            }
-        }
-        if let Some(flusher) = self.flusher.take() {
-            flusher.finish();
-        }
-        if let Err(error) = self
-            .connection
-            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
-        {
-            tracing::warn!(%error, "final WAL checkpoint failed; the WAL will be replayed at next start");
-        }
-    }
-
-    fn queue_is_empty(&self) -> bool {
-        self.shared
-            .jobs
-            .lock()
-            .expect("writer queue lock poisoned")
-            .pending
-            .is_empty()
-    }
-
-    /// Waits for work; wakes up in time for the next due fsync (relaxed mode)
-    /// or free-page step.
-    fn next_batch(&mut self) -> (Vec<Pending>, bool) {
-        let mut queue = self.shared.jobs.lock().expect("writer queue lock poisoned");
-        while queue.pending.is_empty() && !queue.closing {
-            let sync_due_in = match (self.durability, self.unsynced_since) {
-                (Durability::Relaxed { sync_interval }, Some(since)) => {
-                    Some(sync_interval.saturating_sub(since.elapsed()))
-                }
-                _ => None,
-            };
-            let wait = match (sync_due_in, self.reclaim.due_in()) {
-                (Some(sync), Some(reclaim)) => Some(sync.min(reclaim)),
-                (sync, reclaim) => sync.or(reclaim),
-            };
-            if wait.is_some_and(|wait| wait.is_zero()) {
-                break;
-            }
+/// The writer thread: takes the committer role when a submitter hands it
+/// over (work was left), when a timed chore is due, and to drain the queue
+/// when the store closes.
+fn run_writer_thread(shared: &Shared) {
+    let mut queue = shared.jobs.lock().expect("writer queue lock poisoned");
+    loop {
+        let now = Instant::now();
+        let chore_due = queue.chore_at.is_some_and(|at| at <= now);
+        let takes_role = queue.role == Role::Thread
+            || (queue.role == Role::Free
+                && (queue.closing || chore_due || !queue.pending.is_empty()));
+        if !takes_role {
             queue.writer_waiting = true;
+            // A submitter holding the role releases it without a signal
+            // unless work is left: look again shortly for a chore that is due.
+            let wait = if chore_due {
+                Some(CHORE_RETRY)
+            } else {
+                queue.chore_at.map(|at| at - now)
+            };
             queue = match wait {
                 Some(wait) => {
-                    self.shared
+                    shared
                         .wake
                         .wait_timeout(queue, wait)
                         .expect("writer queue lock poisoned")
                         .0
                 }
-                None => self
-                    .shared
-                    .wake
-                    .wait(queue)
-                    .expect("writer queue lock poisoned"),
+                None => shared.wake.wait(queue).expect("writer queue lock poisoned"),
             };
             queue.writer_waiting = false;
+            continue;
         }
+        queue.role = Role::Thread;
         let take = queue.pending.len().min(MAX_JOBS_PER_COMMIT);
-        let batch = queue.pending.drain(..take).collect();
-        (batch, queue.closing)
+        let batch: Vec<Pending> = queue.pending.drain(..take).collect();
+        let closing = queue.closing;
+        drop(queue);
+        let mut committer = shared.committer.lock().expect("writer state lock poisoned");
+        if !batch.is_empty() {
+            committer.commit(batch);
+        }
+        committer.sync_if_due(closing);
+        if !closing {
+            committer.reclaim_free_pages_if_idle(shared);
+        }
+        let chore_at = committer.chore_at();
+        drop(committer);
+        queue = shared.jobs.lock().expect("writer queue lock poisoned");
+        if closing && queue.pending.is_empty() {
+            break;
+        }
+        if queue.pending.is_empty() {
+            queue.role = Role::Free;
+            queue.chore_at = chore_at;
+        }
+    }
+    drop(queue);
+    let mut committer = shared.committer.lock().expect("writer state lock poisoned");
+    if let Some(flusher) = committer.flusher.take() {
+        flusher.finish();
+    }
+    if let Err(error) = committer
+        .connection
+        .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+    {
+        tracing::warn!(%error, "final WAL checkpoint failed; the WAL will be replayed at next start");
+    }
+}
+
+impl Committer {
+    /// When the writer thread must next take the role: a relaxed-mode fsync
+    /// or a free-page step.
+    fn chore_at(&self) -> Option<Instant> {
+        let sync_at = match (self.durability, self.unsynced_since) {
+            (Durability::Relaxed { sync_interval }, Some(since)) => Some(since + sync_interval),
+            _ => None,
+        };
+        match (sync_at, self.reclaim.due_at()) {
+            (Some(sync), Some(reclaim)) => Some(sync.min(reclaim)),
+            (sync, reclaim) => sync.or(reclaim),
+        }
     }
 
     /// Runs one cached statement; transaction control is prepared once, not
@@ -438,6 +608,7 @@ impl WriterLoop {
     }
 
     fn commit(&mut self, batch: Vec<Pending>) {
+        self.reclaim.busy();
         let started = std::time::Instant::now();
         let jobs = batch.len();
         let durable = batch
@@ -548,8 +719,15 @@ impl WriterLoop {
 
     /// Returns one step of free pages to the file system when no job waits
     /// and enough of the file is free; see the module documentation.
-    fn reclaim_free_pages_if_idle(&mut self) {
-        if self.reclaim.due_in() != Some(Duration::ZERO) || !self.queue_is_empty() {
+    fn reclaim_free_pages_if_idle(&mut self, shared: &Shared) {
+        let idle = self.reclaim.due_at().is_some_and(|at| at <= Instant::now())
+            && shared
+                .jobs
+                .lock()
+                .expect("writer queue lock poisoned")
+                .pending
+                .is_empty();
+        if !idle {
             return;
         }
         let pages = |pragma: &str| -> rusqlite::Result<i64> {
@@ -751,6 +929,84 @@ mod tests {
         writer.submit(Commit::Durable, insert(1)).await.unwrap();
         writer.close();
         assert_eq!(count(&dir), 1, "the panicking job's row was rolled back");
+    }
+
+    fn committing_thread(_: &Connection) -> Result<Option<String>, StoreError> {
+        Ok(std::thread::current().name().map(str::to_owned))
+    }
+
+    #[tokio::test]
+    async fn requests_commit_on_their_own_thread_and_background_work_on_the_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = open_writer(&dir, Durability::Fsync);
+        let here = std::thread::current().name().map(str::to_owned);
+        let request = writer
+            .submit(Commit::Durable, committing_thread)
+            .await
+            .unwrap();
+        assert_eq!(request, here, "an uncontended job skips the hand-over");
+        let background = writer
+            .submit_in_background(Commit::Lazy, committing_thread)
+            .await
+            .unwrap();
+        assert_eq!(background.as_deref(), Some("ackbox-sqlite-writer"));
+        writer.close();
+    }
+
+    #[tokio::test]
+    async fn a_submitter_cancelled_before_it_commits_leaves_its_group_to_the_writer_thread() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = open_writer(&dir, Durability::Fsync);
+        let mut cancelled =
+            Box::pin(writer.submit(Commit::Durable, |connection| insert_value(connection, 1)));
+        // The first poll queues the job, takes the committer role and yields.
+        let first_poll = std::future::poll_fn(|context| {
+            std::task::Poll::Ready(cancelled.as_mut().poll(context))
+        })
+        .await;
+        assert!(first_poll.is_pending(), "{first_poll:?}");
+        drop(cancelled);
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            writer.submit(Commit::Durable, |connection| insert_value(connection, 2)),
+        )
+        .await
+        .expect("a job queued after the cancelled committer must still commit")
+        .unwrap();
+        writer.close();
+        assert_eq!(count(&dir), 2, "the cancelled request's write stands");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn relaxed_commits_are_fsynced_by_the_writer_thread_within_the_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let interval = Duration::from_millis(20);
+        let writer = open_writer(
+            &dir,
+            Durability::Relaxed {
+                sync_interval: interval,
+            },
+        );
+        writer
+            .submit(Commit::Durable, |connection| insert_value(connection, 1))
+            .await
+            .unwrap();
+        let unsynced = || {
+            writer
+                .shared
+                .committer
+                .lock()
+                .unwrap()
+                .unsynced_since
+                .is_some()
+        };
+        assert!(unsynced(), "a relaxed commit is answered before its fsync");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while unsynced() && Instant::now() < deadline {
+            tokio::time::sleep(interval).await;
+        }
+        assert!(!unsynced(), "no fsync followed the relaxed commit");
+        writer.close();
     }
 
     #[tokio::test]
