@@ -622,13 +622,18 @@ impl Committer {
         }
         let mut completions = Vec::with_capacity(batch.len());
         let mut abandon = false;
+        // A job alone in its group needs no savepoint: the transaction is
+        // one. Savepoints are not free: SQLite copies each page a job first
+        // touches into the statement journal, in case it rolls back.
+        let alone = jobs == 1;
+        let mut failed_alone = false;
         for pending in batch {
             // After a failure, the remaining jobs are dropped unrun, which
             // answers their callers "unavailable".
             if abandon {
                 continue;
             }
-            if let Err(error) = self.execute("SAVEPOINT job") {
+            if !alone && let Err(error) = self.execute("SAVEPOINT job") {
                 tracing::error!(%error, "could not open a savepoint; abandoning the group");
                 abandon = true;
                 continue;
@@ -642,7 +647,10 @@ impl Committer {
                 continue;
             };
             completions.push(completion);
-            let closed = if succeeded {
+            let closed = if alone {
+                failed_alone = !succeeded;
+                Ok(())
+            } else if succeeded {
                 self.execute("RELEASE job")
             } else {
                 self.execute("ROLLBACK TO job")
@@ -669,6 +677,16 @@ impl Committer {
             }
             for complete in completions {
                 complete(false);
+            }
+            return;
+        }
+        if failed_alone {
+            // Nothing of the job stays, and its caller hears its own error.
+            if let Err(error) = self.execute("ROLLBACK") {
+                tracing::error!(%error, "rollback of a failed job failed");
+            }
+            for complete in completions {
+                complete(true);
             }
             return;
         }
@@ -906,6 +924,30 @@ mod tests {
         writer.close();
         assert_eq!(failures, 1);
         assert_eq!(count(&dir), 63);
+    }
+
+    #[tokio::test]
+    async fn a_job_failing_alone_in_its_group_leaves_nothing_and_hears_its_own_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = open_writer(&dir, Durability::Fsync);
+        let failed = writer
+            .submit(Commit::Durable, |connection| {
+                insert_value(connection, 1)?;
+                Err::<(), _>(StoreError::Corrupt {
+                    detail: "refused after writing".into(),
+                })
+            })
+            .await;
+        assert!(
+            matches!(&failed, Err(StoreError::Corrupt { detail }) if detail == "refused after writing"),
+            "{failed:?}"
+        );
+        writer
+            .submit(Commit::Durable, |connection| insert_value(connection, 2))
+            .await
+            .unwrap();
+        writer.close();
+        assert_eq!(count(&dir), 1, "the failed job's row was rolled back");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
