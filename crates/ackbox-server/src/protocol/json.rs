@@ -49,6 +49,12 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     } else {
         body
     };
+    // Tracking the path costs an allocation per member name, so a body is
+    // decoded plainly first and again with the path only when it is refused:
+    // decoding is deterministic, so the second pass fails the same way.
+    if let Ok(decoded) = serde_json::from_slice(body) {
+        return Ok(decoded);
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
