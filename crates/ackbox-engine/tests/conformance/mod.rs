@@ -360,6 +360,95 @@ pub async fn receive_leases_oldest_first_and_counts_receives(fixture: Fixture) {
     );
 }
 
+/// A batch longer than a send's ten, every optional column set on some
+/// messages: each message comes back under the sequence number the insert
+/// reported for it, with what it was sent with.
+pub async fn a_batch_stores_each_message_under_the_sequence_number_it_reports(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    let sent: Vec<NewMessage> = (0..12)
+        .map(|index| {
+            let mut message = message(&format!("m{index}"), T0 + index, T0);
+            if index % 3 == 1 {
+                message.attributes = [(
+                    format!("a{index}"),
+                    ackbox_core::message::MessageAttributeValue::string(format!("v{index}")),
+                )]
+                .into_iter()
+                .collect();
+                message.md5_of_attributes = Some(format!("md5-attributes-{index}"));
+            }
+            if index % 4 == 2 {
+                message.trace_header = Some(format!("Root=trace-{index}"));
+                message.group_id = Some(format!("tenant-{index}"));
+            }
+            message.md5_of_body = format!("md5-{index}");
+            message.sender_id = format!("sender-{index}");
+            message
+        })
+        .collect();
+    let inserted = insert_at(store, id, sent.clone(), T0).await;
+    assert_eq!(
+        inserted
+            .iter()
+            .map(|inserted| inserted.message_id.as_str())
+            .collect::<Vec<_>>(),
+        sent.iter()
+            .map(|message| message.message_id.as_str())
+            .collect::<Vec<_>>(),
+        "one result per message, in the batch's order"
+    );
+    assert!(inserted.iter().all(|inserted| !inserted.duplicate));
+    assert!(
+        inserted.windows(2).all(|pair| pair[0].seq < pair[1].seq),
+        "sequence numbers increase along the batch: {inserted:?}"
+    );
+
+    let mut received = store
+        .message_receive(receive_params(id, T0, 10, 1_000))
+        .await
+        .unwrap()
+        .messages;
+    received.extend(
+        store
+            .message_receive(receive_params(id, T0, 10, 1_000))
+            .await
+            .unwrap()
+            .messages,
+    );
+    assert_eq!(received.len(), sent.len());
+    for stored in &received {
+        let index = sent
+            .iter()
+            .position(|message| message.message_id == stored.message_id)
+            .expect("a message of the batch");
+        let message = &sent[index];
+        assert_eq!(stored.seq, inserted[index].seq, "{}", stored.message_id);
+        assert_eq!(
+            (
+                &stored.body,
+                &stored.attributes,
+                &stored.md5_of_body,
+                &stored.md5_of_attributes,
+                &stored.trace_header,
+                &stored.group_id,
+                &stored.sender_id,
+                stored.sent_at,
+            ),
+            (
+                &message.body,
+                &message.attributes,
+                &message.md5_of_body,
+                &message.md5_of_attributes,
+                &message.trace_header,
+                &message.group_id,
+                &message.sender_id,
+                message.sent_at,
+            ),
+        );
+    }
+}
+
 pub async fn a_zero_lease_never_returns_a_message_twice_in_one_receive(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let id = create(store, "q", T0).await;
@@ -1551,6 +1640,7 @@ macro_rules! store_conformance {
             a_deep_purge_leaves_the_rest_to_the_sweep_and_spares_later_sends,
             queue_updates_persist,
             receive_leases_oldest_first_and_counts_receives,
+            a_batch_stores_each_message_under_the_sequence_number_it_reports,
             a_zero_lease_never_returns_a_message_twice_in_one_receive,
             expired_messages_are_dropped_not_delivered,
             delete_is_idempotent_and_respects_newer_leases,
