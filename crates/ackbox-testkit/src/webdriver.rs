@@ -115,8 +115,32 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        // The driver ends its browser with it.
+        // Killing chromedriver orphans its Chromium, which then runs on after
+        // the tests: deleting the session first makes the driver quit it.
+        self.end_session();
         let _ = self.driver.kill();
         let _ = self.driver.wait();
+    }
+}
+
+impl Browser {
+    /// `DELETE /session/{id}`, blocking (it runs in `drop`); the driver
+    /// answers once the browser has quit.
+    fn end_session(&self) {
+        use std::io::{Read, Write};
+        let Some(address) = self.endpoint.strip_prefix("http://") else {
+            return;
+        };
+        let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+            return;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let request = format!(
+            "DELETE /session/{} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.session
+        );
+        if stream.write_all(request.as_bytes()).is_ok() {
+            let _ = stream.read_to_end(&mut Vec::new());
+        }
     }
 }
