@@ -111,19 +111,7 @@ impl Browser {
             .decode(encoded.as_str().unwrap_or_default())
             .expect("a base64 PNG")
     }
-}
 
-impl Drop for Browser {
-    fn drop(&mut self) {
-        // Killing chromedriver orphans its Chromium, which then runs on after
-        // the tests: deleting the session first makes the driver quit it.
-        self.end_session();
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
-    }
-}
-
-impl Browser {
     /// `DELETE /session/{id}`, blocking (it runs in `drop`); the driver
     /// answers once the browser has quit.
     fn end_session(&self) {
@@ -142,5 +130,15 @@ impl Browser {
         if stream.write_all(request.as_bytes()).is_ok() {
             let _ = stream.read_to_end(&mut Vec::new());
         }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        // Killing chromedriver orphans its Chromium, which then runs on after
+        // the tests: deleting the session first makes the driver quit it.
+        self.end_session();
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
     }
 }

@@ -50,8 +50,9 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         body
     };
     // Tracking the path costs an allocation per member name, so a body is
-    // decoded plainly first and again with the path only when it is refused:
-    // decoding is deterministic, so the second pass fails the same way.
+    // decoded plainly first. Only a body that fails is decoded again, with
+    // the path, and that pass decides as the single pass did before (it also
+    // lets bytes after the value through, which the plain pass refuses).
     if let Ok(decoded) = serde_json::from_slice(body) {
         return Ok(decoded);
     }
