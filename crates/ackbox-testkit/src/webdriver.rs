@@ -115,21 +115,25 @@ impl Browser {
     /// `DELETE /session/{id}`, blocking (it runs in `drop`); the driver
     /// answers once the browser has quit.
     fn end_session(&self) {
-        use std::io::{Read, Write};
-        let Some(address) = self.endpoint.strip_prefix("http://") else {
-            return;
-        };
-        let Ok(mut stream) = std::net::TcpStream::connect(address) else {
-            return;
-        };
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        let request = format!(
-            "DELETE /session/{} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-            self.session
-        );
-        if stream.write_all(request.as_bytes()).is_ok() {
-            let _ = stream.read_to_end(&mut Vec::new());
-        }
+        let endpoint = self.endpoint.clone();
+        let path = format!("/session/{}", self.session);
+        // Drop may run inside a test's runtime; a thread of its own may block.
+        let _ = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            let _ = runtime.block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(10),
+                    call_http(&endpoint, "DELETE", &path, None),
+                )
+                .await
+            });
+        })
+        .join();
     }
 }
 
