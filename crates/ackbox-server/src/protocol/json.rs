@@ -51,26 +51,30 @@ pub fn parse<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     };
     // Tracking the path costs an allocation per member name, so a body is
     // decoded plainly first. Only a body that fails is decoded again, with
-    // the path, and that pass decides as the single pass did before (it also
-    // lets bytes after the value through, which the plain pass refuses).
+    // the path, to name the field at fault.
     if let Ok(decoded) = serde_json::from_slice(body) {
         return Ok(decoded);
     }
     let mut deserializer = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+    let decoded = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
         let inner = error.into_inner();
-        let message = inner.to_string();
-        let sqs = if inner.is_data() {
-            super::field_error(&path, &message)
+        if inner.is_data() {
+            ApiError::Sqs(super::field_error(&path, &inner.to_string()))
         } else {
-            SqsError::new(
-                ErrorCode::SerializationException,
-                format!("The request body is not valid JSON: {message}."),
-            )
-        };
-        ApiError::Sqs(sqs)
-    })
+            not_json(&inner)
+        }
+    })?;
+    // A value followed by more than whitespace is not one JSON document.
+    deserializer.end().map_err(|error| not_json(&error))?;
+    Ok(decoded)
+}
+
+fn not_json(error: &serde_json::Error) -> ApiError {
+    ApiError::Sqs(SqsError::new(
+        ErrorCode::SerializationException,
+        format!("The request body is not valid JSON: {error}."),
+    ))
 }
 
 /// Encodes a successful response.
@@ -154,5 +158,18 @@ mod tests {
     fn broken_json_is_a_serialization_error() {
         let error = sqs(parse::<Probe>(b"{\"QueueUrl\":").unwrap_err());
         assert_eq!(error.code, ErrorCode::SerializationException);
+    }
+
+    #[test]
+    fn bytes_after_the_value_are_a_serialization_error() {
+        let error = sqs(parse::<Probe>(b"{\"QueueUrl\":\"q\"} {}").unwrap_err());
+        assert_eq!(error.code, ErrorCode::SerializationException);
+        assert!(
+            error.message.contains("trailing characters"),
+            "{}",
+            error.message
+        );
+        let padded = parse::<Probe>(b"{\"QueueUrl\":\"q\"}\r\n").expect("whitespace after");
+        assert_eq!(padded.queue_url, "q");
     }
 }
