@@ -53,7 +53,7 @@ pub(crate) struct Args {
     /// `--data-dir`) or a `postgres://` URL shared by several ackbox nodes.
     #[arg(long, env = "ACKBOX_STORE", default_value = "sqlite")]
     store: String,
-    /// With a PostgreSQL store: most connections this node opens.
+    /// With a PostgreSQL store: most connections this node opens (at least 3: one listens, half of the rest commit leases and deletes).
     #[arg(long, env = "ACKBOX_STORE_POOL_SIZE", default_value_t = 32)]
     store_pool_size: u32,
     /// With a PostgreSQL store: keep ackbox's tables in this schema.

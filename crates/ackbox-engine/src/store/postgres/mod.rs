@@ -14,6 +14,14 @@
 //! - a send holds a key-share lock on its queue's row, so a concurrent
 //!   DeleteQueue waits for it and never leaves a message behind.
 //!
+//! Sends, queue changes and move tasks commit with `synchronous_commit`
+//! on: PostgreSQL has flushed them to disk before the client hears of them.
+//! Leases, deletes, visibility changes and nacks commit on a second pool
+//! whose sessions turn it off, as the embedded store commits them without
+//! an fsync of their own: losing the last of them in a database crash only
+//! delivers a message again, which at-least-once delivery allows, and the
+//! next durable commit flushes them all (the WAL is one sequence).
+//!
 //! PostgreSQL may abort a transaction that conflicts with another (a
 //! deadlock); the store runs it again. `LISTEN`/`NOTIFY` tells every node
 //! when messages arrive and when queues change ([`Store::events`]).
@@ -25,7 +33,7 @@ use std::time::Duration;
 use ackbox_core::clock::Timestamp;
 use ackbox_core::receipt::{ReceiptKey, SECRET_LEN};
 use async_trait::async_trait;
-use sqlx::postgres::{PgListener, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions};
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
@@ -39,11 +47,13 @@ use crate::store::{
     Store, StoreError, StoreEvent, StoredMessage,
 };
 
+mod announce;
 mod fifo;
 mod migrate;
 mod mutation;
 
-use mutation::postgres_error;
+use announce::Announcer;
+use mutation::{AtOnce, postgres_error};
 
 /// The channel that carries "messages may be receivable in queue N".
 const MESSAGES_CHANNEL: &str = "ackbox_messages";
@@ -59,7 +69,8 @@ const MAX_CONFLICT_RETRIES: u32 = 8;
 pub struct PostgresOptions {
     /// `postgres://user@host:port/database` (any libpq-style URL sqlx accepts).
     pub url: String,
-    /// Most connections this node opens.
+    /// Most connections this node opens (at least 3): one listens for the
+    /// other nodes' changes, half of the rest commit leases and deletes.
     pub max_connections: u32,
     /// Keep ackbox's tables in this schema (created if missing) instead of
     /// the connection's default search path.
@@ -80,7 +91,13 @@ impl PostgresOptions {
 /// The PostgreSQL store.
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
+    /// Commits that must be on disk before they are acknowledged.
     pool: PgPool,
+    /// Commits that may be lost in a crash at the cost of a redelivery:
+    /// leases, deletes, visibility changes, nacks.
+    lease_pool: PgPool,
+    /// Tells the other nodes which queues received messages.
+    announcer: Arc<Announcer>,
     /// Identifies this node as a move task's lease holder.
     node: String,
     events: broadcast::Sender<StoreEvent>,
@@ -94,30 +111,20 @@ impl PostgresStore {
     /// Connects, migrates the schema (one node at a time) and starts
     /// listening for other nodes' changes.
     pub async fn connect(options: &PostgresOptions) -> Result<Self, StoreError> {
-        let mut pool_options = PgPoolOptions::new()
-            .max_connections(options.max_connections.max(2))
-            .acquire_timeout(Duration::from_secs(10));
-        if let Some(schema) = &options.schema {
-            if !is_plain_identifier(schema) {
-                return Err(StoreError::Corrupt {
-                    detail: format!(
-                        "schema {schema:?} must be letters, digits and underscores, not starting with a digit"
-                    ),
-                });
-            }
-            let statement = format!("SET search_path TO {schema}");
-            pool_options = pool_options.after_connect(move |connection, _| {
-                let statement = statement.clone();
-                Box::pin(async move {
-                    sqlx::query(sqlx::AssertSqlSafe(statement))
-                        .execute(connection)
-                        .await
-                        .map(drop)
-                })
-            });
-        }
-        let pool = pool_options
-            .connect(&options.url)
+        let connect_options: PgConnectOptions = options
+            .url
+            .parse()
+            .map_err(postgres_error("parse the store URL"))?;
+        // One durable connection is the listener's for good; the rest are
+        // shared out evenly.
+        let connections = options.max_connections.max(3);
+        let lease_connections = (connections - 1) / 2;
+        let pool = pool_options(options, connections - lease_connections)?
+            .connect_with(connect_options.clone())
+            .await
+            .map_err(postgres_error("connect"))?;
+        let lease_pool = pool_options(options, lease_connections)?
+            .connect_with(connect_options.options([("synchronous_commit", "off")]))
             .await
             .map_err(postgres_error("connect"))?;
         if let Some(schema) = &options.schema {
@@ -143,8 +150,15 @@ impl PostgresStore {
             .await
             .map_err(postgres_error("listen"))?;
         tokio::spawn(follow(listener, events.clone(), stop.clone()));
+        let announcer = Arc::new(Announcer::default());
+        tokio::spawn({
+            let (announcer, pool, stop) = (announcer.clone(), lease_pool.clone(), stop.clone());
+            async move { announcer.run(pool, stop).await }
+        });
         Ok(Self {
             pool,
+            lease_pool,
+            announcer,
             node: uuid::Uuid::new_v4().to_string(),
             events,
             stop,
@@ -208,13 +222,33 @@ impl PostgresStore {
         };
         Ok(!fifo)
     }
+}
 
-    async fn begin(&self) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
-        self.pool
-            .begin()
-            .await
-            .map_err(postgres_error("begin transaction"))
+/// A pool of `connections` whose sessions use the configured schema.
+fn pool_options(options: &PostgresOptions, connections: u32) -> Result<PgPoolOptions, StoreError> {
+    let pool_options = PgPoolOptions::new()
+        .max_connections(connections)
+        .acquire_timeout(Duration::from_secs(10));
+    let Some(schema) = &options.schema else {
+        return Ok(pool_options);
+    };
+    if !is_plain_identifier(schema) {
+        return Err(StoreError::Corrupt {
+            detail: format!(
+                "schema {schema:?} must be letters, digits and underscores, not starting with a digit"
+            ),
+        });
     }
+    let statement = format!("SET search_path TO {schema}");
+    Ok(pool_options.after_connect(move |connection, _| {
+        let statement = statement.clone();
+        Box::pin(async move {
+            sqlx::query(sqlx::AssertSqlSafe(statement))
+                .execute(connection)
+                .await
+                .map(drop)
+        })
+    }))
 }
 
 fn is_plain_identifier(name: &str) -> bool {
@@ -238,13 +272,16 @@ fn is_conflict(error: &StoreError) -> bool {
 }
 
 /// Runs `$body` (an expression using `$connection: &mut PgConnection`) in a
-/// transaction, commits it, and runs it again when PostgreSQL aborted it
+/// transaction on `$pool`, commits it, and runs it again when PostgreSQL aborted it
 /// for a conflict. A failed attempt is rolled back before anything else.
 macro_rules! in_transaction {
-    ($store:expr, $operation:literal, |$connection:ident| $body:expr) => {{
+    ($pool:expr, $operation:literal, |$connection:ident| $body:expr) => {{
         let mut conflicts = 0u32;
         loop {
-            let mut transaction = $store.begin().await?;
+            let mut transaction = $pool
+                .begin()
+                .await
+                .map_err(postgres_error("begin transaction"))?;
             let outcome = {
                 let $connection: &mut sqlx::PgConnection = &mut transaction;
                 $body.await
@@ -324,7 +361,7 @@ impl Store for PostgresStore {
         &self,
         params: QueueCreateParams,
     ) -> Result<QueueCreateOutcome, StoreError> {
-        in_transaction!(self, "queue_create", |connection| {
+        in_transaction!(self.pool, "queue_create", |connection| {
             mutation::queue_create(connection, &params)
         })
     }
@@ -338,19 +375,19 @@ impl Store for PostgresStore {
     }
 
     async fn queue_update(&self, params: QueueUpdateParams) -> Result<(), StoreError> {
-        in_transaction!(self, "queue_update", |connection| {
+        in_transaction!(self.pool, "queue_update", |connection| {
             mutation::queue_update(connection, &params)
         })
     }
 
     async fn queue_delete(&self, params: QueueDeleteParams) -> Result<bool, StoreError> {
-        in_transaction!(self, "queue_delete", |connection| {
+        in_transaction!(self.pool, "queue_delete", |connection| {
             mutation::queue_delete(connection, &params)
         })
     }
 
     async fn queue_purge(&self, params: QueuePurgeParams) -> Result<QueuePurgeOutcome, StoreError> {
-        in_transaction!(self, "queue_purge", |connection| {
+        in_transaction!(self.pool, "queue_purge", |connection| {
             mutation::queue_purge(connection, &params)
         })
     }
@@ -364,27 +401,58 @@ impl Store for PostgresStore {
         params: MessageInsertParams,
     ) -> Result<Vec<InsertedMessage>, StoreError> {
         // The common case is one statement, hence its own transaction.
-        if self.is_standard(params.queue_id).await? {
-            return mutation::insert_standard(&self.pool, &params).await;
+        let inserted = if self.is_standard(params.queue_id).await? {
+            mutation::insert_standard(&self.pool, &params).await?
+        } else {
+            in_transaction!(self.pool, "message_insert_batch", |connection| {
+                mutation::message_insert_batch(connection, &params)
+            })?
+        };
+        if inserted.iter().any(|message| !message.duplicate) {
+            self.announcer.announce(params.queue_id);
         }
-        in_transaction!(self, "message_insert_batch", |connection| {
-            mutation::message_insert_batch(connection, &params)
-        })
+        Ok(inserted)
     }
 
     async fn message_receive(
         &self,
         params: MessageReceiveParams,
     ) -> Result<ReceiveOutcome, StoreError> {
-        if params.dead_letter.is_none()
-            && params.attempt.is_none()
-            && self.is_standard(params.queue_id).await?
-        {
-            return mutation::receive_standard_at_once(&self.pool, &params).await;
+        // With a dead-letter queue and a zero lease, the messages the first
+        // statement leased would still be visible to the transaction that
+        // moves the poisoned ones, and could be received twice.
+        let at_once = params.attempt.is_none()
+            && (params.dead_letter.is_none() || params.visible_at > params.now)
+            && self.is_standard(params.queue_id).await?;
+        if !at_once {
+            return in_transaction!(self.lease_pool, "message_receive", |connection| {
+                mutation::message_receive(connection, &params)
+            });
         }
-        in_transaction!(self, "message_receive", |connection| {
-            mutation::message_receive(connection, &params)
-        })
+        let AtOnce {
+            mut outcome,
+            poisoned,
+        } = mutation::receive_standard_at_once(&self.lease_pool, &params).await?;
+        let leased = outcome.messages.len() as u32;
+        if !poisoned || leased >= params.max_messages {
+            return Ok(outcome);
+        }
+        // Rare: a message received too often. The full pass moves it (and
+        // any like it) to the dead-letter queue and leases what is missing.
+        let rest = MessageReceiveParams {
+            max_messages: params.max_messages - leased,
+            ..params
+        };
+        let more = in_transaction!(self.lease_pool, "message_receive", |connection| {
+            mutation::message_receive(connection, &rest)
+        })?;
+        if outcome.messages.is_empty() {
+            outcome.next_visible_at = more.next_visible_at;
+        }
+        outcome.messages.extend(more.messages);
+        outcome.expired += more.expired;
+        outcome.dead_lettered += more.dead_lettered;
+        Ok(outcome)
     }
 
     async fn message_delete_batch(
@@ -392,9 +460,9 @@ impl Store for PostgresStore {
         params: MessageDeleteParams,
     ) -> Result<Vec<DeleteOutcome>, StoreError> {
         if self.is_standard(params.queue_id).await? {
-            return mutation::delete_standard(&self.pool, &params).await;
+            return mutation::delete_standard(&self.lease_pool, &params).await;
         }
-        in_transaction!(self, "message_delete_batch", |connection| {
+        in_transaction!(self.lease_pool, "message_delete_batch", |connection| {
             mutation::message_delete_batch(connection, &params)
         })
     }
@@ -403,13 +471,15 @@ impl Store for PostgresStore {
         &self,
         params: MessageChangeVisibilityParams,
     ) -> Result<Vec<ChangeVisibilityOutcome>, StoreError> {
-        in_transaction!(self, "message_change_visibility_batch", |connection| {
-            mutation::message_change_visibility_batch(connection, &params)
-        })
+        in_transaction!(
+            self.lease_pool,
+            "message_change_visibility_batch",
+            |connection| { mutation::message_change_visibility_batch(connection, &params) }
+        )
     }
 
     async fn message_nack(&self, params: MessageNackParams) -> Result<NackOutcome, StoreError> {
-        in_transaction!(self, "message_nack", |connection| {
+        in_transaction!(self.lease_pool, "message_nack", |connection| {
             mutation::message_nack(connection, &params)
         })
     }
@@ -432,7 +502,7 @@ impl Store for PostgresStore {
         &self,
         params: MoveTaskCreateParams,
     ) -> Result<MoveTaskCreateOutcome, StoreError> {
-        in_transaction!(self, "move_task_create", |connection| {
+        in_transaction!(self.pool, "move_task_create", |connection| {
             mutation::move_task_create(connection, &params)
         })
     }
@@ -441,13 +511,13 @@ impl Store for PostgresStore {
         &self,
         params: MoveTaskStepParams,
     ) -> Result<MoveTaskStepOutcome, StoreError> {
-        in_transaction!(self, "move_task_step", |connection| {
+        in_transaction!(self.pool, "move_task_step", |connection| {
             mutation::move_task_step(connection, &params, &self.node)
         })
     }
 
     async fn move_task_resume(&self, handle: &str) -> Result<Option<MoveTaskRecord>, StoreError> {
-        in_transaction!(self, "move_task_resume", |connection| {
+        in_transaction!(self.pool, "move_task_resume", |connection| {
             mutation::move_task_resume(connection, handle)
         })
     }
@@ -457,7 +527,7 @@ impl Store for PostgresStore {
         handle: &str,
         now: Timestamp,
     ) -> Result<Option<MoveTaskRecord>, StoreError> {
-        in_transaction!(self, "move_task_cancel", |connection| {
+        in_transaction!(self.pool, "move_task_cancel", |connection| {
             mutation::move_task_cancel(connection, handle, now)
         })
     }
@@ -471,30 +541,65 @@ impl Store for PostgresStore {
     }
 
     async fn message_expire(&self, params: MessageExpireParams) -> Result<u64, StoreError> {
-        in_transaction!(self, "message_expire", |connection| {
+        in_transaction!(self.pool, "message_expire", |connection| {
             mutation::message_expire(connection, &params)
         })
     }
 
     async fn fifo_window_expire(&self, before: Timestamp) -> Result<u64, StoreError> {
-        in_transaction!(self, "fifo_window_expire", |connection| {
+        in_transaction!(self.pool, "fifo_window_expire", |connection| {
             fifo::window_expire(connection, before)
         })
     }
 
     async fn message_sweep_left_behind(&self, limit: u32) -> Result<u64, StoreError> {
-        in_transaction!(self, "message_sweep_left_behind", |connection| {
+        in_transaction!(self.pool, "message_sweep_left_behind", |connection| {
             mutation::message_sweep_left_behind(connection, limit)
         })
     }
 
     async fn close(&self) -> Result<(), StoreError> {
         self.stop.cancel();
-        self.pool.close().await;
+        tokio::join!(self.pool.close(), self.lease_pool.close());
         Ok(())
     }
 
     fn events(&self) -> Option<broadcast::Receiver<StoreEvent>> {
         Some(self.events.subscribe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn synchronous_commit(pool: &PgPool) -> String {
+        sqlx::query_scalar("SHOW synchronous_commit")
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    }
+
+    /// Sends must wait for the disk; leases and deletes need not. Were the
+    /// pools swapped, or both relaxed, an acknowledged send could be lost.
+    #[tokio::test]
+    async fn only_the_lease_pool_commits_without_waiting_for_the_disk() {
+        let Ok(url) = std::env::var("ACKBOX_TEST_POSTGRES_URL") else {
+            eprintln!("skipped: ACKBOX_TEST_POSTGRES_URL is not set");
+            return;
+        };
+        let schema = format!("pool_durability_{}", std::process::id());
+        let mut options = PostgresOptions::new(url);
+        options.max_connections = 3;
+        options.schema = Some(schema.clone());
+        let store = PostgresStore::connect(&options).await.unwrap();
+        let durable = synchronous_commit(&store.pool).await;
+        let leases = synchronous_commit(&store.lease_pool).await;
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+        assert_eq!((durable.as_str(), leases.as_str()), ("on", "off"));
     }
 }

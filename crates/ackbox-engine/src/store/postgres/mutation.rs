@@ -452,16 +452,12 @@ pub(super) async fn message_insert_batch(
     if !fifo {
         return insert_standard(connection, params).await;
     }
-    let inserted = fifo::insert_batch(connection, params).await?;
-    if inserted.iter().any(|message| !message.duplicate) {
-        announce_messages(connection, params.queue_id).await?;
-    }
-    Ok(inserted)
+    fifo::insert_batch(connection, params).await
 }
 
 /// A standard queue's batch in one statement, which also holds the queue's
-/// row against a concurrent DeleteQueue and announces the arrival: alone it
-/// is a whole transaction (one round trip). Sequence numbers follow the
+/// row against a concurrent DeleteQueue: alone it is a whole transaction
+/// (one round trip). Sequence numbers follow the
 /// batch's order, as the insert follows `position`.
 pub(super) async fn insert_standard(
     executor: impl sqlx::PgExecutor<'_>,
@@ -485,8 +481,7 @@ pub(super) async fn insert_standard(
                      position)
              ORDER BY position
              RETURNING seq)
-         SELECT inserted.seq FROM inserted,
-             LATERAL (SELECT pg_notify('ackbox_messages', $1::text)) AS announced",
+         SELECT seq FROM inserted",
     )
     .bind(params.queue_id)
     .bind(column(|message| Some(message.message_id.clone())))
@@ -531,16 +526,25 @@ pub(super) async fn insert_standard(
         .collect())
 }
 
-/// A standard queue's receive when no message can need dead-lettering
-/// (the queue has no dead-letter queue) and no attempt id is involved: one
-/// statement picks the oldest visible rows no other receive holds, drops
-/// the expired ones and leases the rest. Alone it is a whole transaction.
+/// A standard queue's receive without an attempt id, in one statement: it
+/// picks the oldest visible rows no other receive holds, drops the expired
+/// ones and leases the rest. Alone it is a whole transaction.
+///
+/// A row due for the dead-letter queue is left alone (moving it takes the
+/// dead-letter queue's checks and several statements): the answer's
+/// `poisoned` says some were met, and the caller moves them in a
+/// transaction of its own.
 pub(super) async fn receive_standard_at_once(
     pool: &PgPool,
     params: &MessageReceiveParams,
-) -> Result<ReceiveOutcome, StoreError> {
+) -> Result<AtOnce, StoreError> {
     let wanted = params.max_messages as usize;
+    let max_receive_count = params
+        .dead_letter
+        .as_ref()
+        .map(|target| target.max_receive_count);
     let mut outcome = ReceiveOutcome::default();
+    let mut poisoned = false;
     // Expired rows fill a round without filling the receive; a few more
     // rounds reach past them (the sweeper removes the rest).
     for _ in 0..4 {
@@ -564,11 +568,14 @@ pub(super) async fn receive_standard_at_once(
                      last_received_at = $2
                  FROM picked
                  WHERE messages.seq = picked.picked_seq AND picked.picked_sent_at > $4
+                   AND ($7::bigint IS NULL OR picked.was_received < $7)
                  RETURNING ",
             message_columns!(),
             ")
-             -- One row even when nothing was leased, to carry the count.
-             SELECT leased.*, (SELECT COUNT(*) FROM expired) AS expired
+             -- One row even when nothing was leased, to carry the counts.
+             SELECT leased.*, (SELECT COUNT(*) FROM expired) AS expired,
+                    (SELECT COUNT(*) FROM picked
+                     WHERE picked_sent_at > $4 AND was_received >= $7) AS poisoned
              FROM (SELECT 1) AS always
              LEFT JOIN (leased JOIN picked ON picked.picked_seq = leased.seq) ON TRUE
              ORDER BY picked.was_visible_at, picked.was_received, leased.seq"
@@ -587,6 +594,7 @@ pub(super) async fn receive_standard_at_once(
                 .map(|message| message.seq)
                 .collect::<Vec<_>>(),
         )
+        .bind(max_receive_count)
         .fetch_all(pool)
         .await
         .map_err(postgres_error("message_receive: lease"))?;
@@ -594,16 +602,17 @@ pub(super) async fn receive_standard_at_once(
         for row in &rows {
             let decode = |error| postgres_error("message_receive: decode")(error);
             expired = row.try_get::<i64, _>("expired").map_err(decode)?;
+            poisoned |= row.try_get::<i64, _>("poisoned").map_err(decode)? > 0;
             if row.try_get::<Option<i64>, _>(0).map_err(decode)?.is_some() {
                 outcome.messages.push(message_from_row(row)?.message);
             }
         }
         outcome.expired += expired.unsigned_abs();
-        if expired == 0 || outcome.messages.len() >= wanted {
+        if poisoned || expired == 0 || outcome.messages.len() >= wanted {
             break;
         }
     }
-    if outcome.messages.is_empty() {
+    if outcome.messages.is_empty() && !poisoned {
         outcome.next_visible_at = sqlx::query_scalar(
             "SELECT MIN(visible_at) FROM messages WHERE queue_id = $1 AND visible_at > $2",
         )
@@ -613,7 +622,14 @@ pub(super) async fn receive_standard_at_once(
         .await
         .map_err(postgres_error("message_receive: next visible"))?;
     }
-    Ok(outcome)
+    Ok(AtOnce { outcome, poisoned })
+}
+
+/// What [`receive_standard_at_once`] did.
+pub(super) struct AtOnce {
+    pub(super) outcome: ReceiveOutcome,
+    /// It met messages due for the dead-letter queue and left them.
+    pub(super) poisoned: bool,
 }
 
 /// Columns [`message_from_row`] decodes, in its order.
