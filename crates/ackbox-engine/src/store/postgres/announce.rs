@@ -22,6 +22,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::MESSAGES_CHANNEL;
 
+/// The least time between two announcements.
+const COALESCING_PAUSE: Duration = Duration::from_millis(1);
+/// How long a failed announcement waits before it is tried again.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
 /// Queues that received messages since the last announcement.
 #[derive(Debug, Default)]
 pub(super) struct Announcer {
@@ -67,17 +72,22 @@ impl Announcer {
             .bind(&queues)
             .execute(&pool)
             .await;
-            if let Err(error) = announced {
+            // A pause between announcements lets a busy node's sends share
+            // one: each costs a statement here and a wake-up on every node.
+            let pause = if let Err(error) = announced {
                 tracing::warn!(%error, "cannot announce arrivals to the other nodes; retrying");
                 self.pending
                     .lock()
                     .expect("announcer poisoned")
                     .extend(queues);
-                tokio::select! {
-                    () = stop.cancelled() => return,
-                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
-                }
                 self.marked.notify_one();
+                RETRY_PAUSE
+            } else {
+                COALESCING_PAUSE
+            };
+            tokio::select! {
+                () = stop.cancelled() => return,
+                () = tokio::time::sleep(pause) => {}
             }
         }
     }
