@@ -6,7 +6,7 @@
 //! | queue            | role                                                         |
 //! |------------------|--------------------------------------------------------------|
 //! | `NAME`           | the work; `x-delivery-limit` dead-letters crash loops         |
-//! | `NAME.retry`     | transient failures wait here (per-message TTL), then return |
+//! | `NAME.retry.Nms` | transient failures wait here (per-message TTL), then return |
 //! | `NAME.dlq`       | dead letters, with the failure in `x-ackbox-failure-*` headers |
 //!
 //! RabbitMQ holds an unacknowledged delivery until its channel closes, so
@@ -16,16 +16,21 @@
 //! number of deliveries the broker may push ahead; set it to the consumer's
 //! concurrency.
 //!
-//! A retry is a confirmed publish of a copy to `NAME.retry` with the delay as
-//! its expiration, followed by an acknowledgement of the original; a crash
-//! between the two delivers the message twice, which the inbox absorbs. The
-//! copy carries the attempts so far (`x-ackbox-attempts`), so the attempt
-//! count survives the copy; quorum queues add `x-delivery-count` for
-//! deliveries given back. Per-message TTL expires only at the head of
-//! `NAME.retry`: a message may wait behind one with a longer delay, never
-//! less than its own.
+//! A retry is a confirmed publish of a copy to a retry queue with the delay
+//! as its expiration, followed by an acknowledgement of the original; a
+//! crash between the two delivers the message twice, which the inbox
+//! absorbs. The copy carries the attempts so far (`x-ackbox-attempts`), so
+//! the attempt count survives the copy; quorum queues add
+//! `x-delivery-count` for deliveries given back.
+//!
+//! Per-message TTL expires only at the head of a queue, so one retry queue
+//! for every delay would hold a 1 s retry behind a 5 min one. Delays are
+//! instead spread over tiers by powers of two: `NAME.retry.Nms` holds the
+//! delays above N/2 ms up to N ms (N from 128; the queue is declared when
+//! first needed). A retry then waits behind delays of its own tier only:
+//! never less than its own delay, and less than twice it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -64,6 +69,10 @@ const BROKER_HEADERS: [&str; 5] = [
     "x-first-death-reason",
 ];
 const PERSISTENT: u8 = 2;
+/// The retry tier of the shortest delays: up to 128 ms.
+const SHORTEST_RETRY_TIER_MS: u64 = 1 << 7;
+/// The retry tier of the longest delays: about 18.6 hours and beyond.
+const LONGEST_RETRY_TIER_MS: u64 = 1 << 26;
 const FOUR_DAYS: Duration = Duration::from_secs(4 * 24 * 3_600);
 
 /// How the queue is declared and leased.
@@ -127,9 +136,20 @@ impl RabbitMqQueue {
         &self.name
     }
 
-    /// The queue transient failures wait in.
-    pub fn retry_queue(&self) -> String {
-        format!("{}.retry", self.name)
+    /// The queue a transient failure retried after `delay` waits in.
+    pub fn retry_queue(&self, delay: Duration) -> String {
+        self.retry_queue_of_tier(retry_tier_ms(delay))
+    }
+
+    /// Every queue [`retry_queue`](Self::retry_queue) may name, shortest
+    /// delays first; only those used so far exist on the broker.
+    pub fn retry_queues(&self) -> impl Iterator<Item = String> + '_ {
+        (SHORTEST_RETRY_TIER_MS.trailing_zeros()..=LONGEST_RETRY_TIER_MS.trailing_zeros())
+            .map(|power| self.retry_queue_of_tier(1 << power))
+    }
+
+    fn retry_queue_of_tier(&self, tier_ms: u64) -> String {
+        format!("{}.retry.{tier_ms}ms", self.name)
     }
 
     /// The dead-letter queue.
@@ -141,8 +161,9 @@ impl RabbitMqQueue {
         AMQPValue::LongLongInt(i64::try_from(self.retention.as_millis()).unwrap_or(i64::MAX))
     }
 
-    /// Declares the three queues (idempotent; a queue declared before with
-    /// other arguments is an error from the broker).
+    /// Declares the work and dead-letter queues (idempotent; a queue
+    /// declared before with other arguments is an error from the broker).
+    /// Retry queues are declared by the transport as it first needs each.
     pub async fn declare(&self, channel: &Channel) -> Result<(), TransportError> {
         let mut dead_letter = self.quorum();
         dead_letter.insert("x-message-ttl".into(), self.retention_ms());
@@ -156,11 +177,21 @@ impl RabbitMqQueue {
             AMQPValue::LongInt(i32::try_from(self.max_deliveries - 1).unwrap_or(i32::MAX)),
         );
         route_dead_letters(&mut work, &self.dead_letter_queue());
-        declare(channel, &self.name, work).await?;
+        declare(channel, &self.name, work).await
+    }
 
+    /// Declares the retry queue of `delay`'s tier, whose expired messages
+    /// go back to the work queue.
+    async fn declare_retry_queue(
+        &self,
+        channel: &Channel,
+        delay: Duration,
+    ) -> Result<String, TransportError> {
+        let name = self.retry_queue(delay);
         let mut retry = self.quorum();
         route_dead_letters(&mut retry, &self.name);
-        declare(channel, &self.retry_queue(), retry).await
+        declare(channel, &name, retry).await?;
+        Ok(name)
     }
 
     fn quorum(&self) -> FieldTable {
@@ -178,6 +209,15 @@ impl RabbitMqQueue {
 
 /// Expired and rejected messages go to `target` through the default
 /// exchange, at least once (the broker keeps them until `target` confirms).
+/// The power of two (in milliseconds) at or above `delay`, within the
+/// shortest and longest tiers.
+fn retry_tier_ms(delay: Duration) -> u64 {
+    u64::try_from(delay.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(SHORTEST_RETRY_TIER_MS, LONGEST_RETRY_TIER_MS)
+        .next_power_of_two()
+}
+
 fn route_dead_letters(arguments: &mut FieldTable, target: &str) {
     arguments.insert("x-dead-letter-exchange".into(), string_value(""));
     arguments.insert("x-dead-letter-routing-key".into(), string_value(target));
@@ -240,6 +280,8 @@ struct Inner {
     /// broker counts as unacknowledged for this transport.
     delivered: Arc<AtomicU64>,
     settled: AtomicU64,
+    /// Retry tiers (in milliseconds) whose queue this transport declared.
+    retry_tiers: Mutex<HashSet<u64>>,
 }
 
 type Pushed = mpsc::UnboundedReceiver<lapin::Result<lapin::message::Delivery>>;
@@ -288,6 +330,7 @@ impl RabbitMqTransport {
             generations: AtomicU64::new(0),
             delivered,
             settled: AtomicU64::new(0),
+            retry_tiers: Mutex::default(),
         });
         spawn_lease_keeper(Arc::downgrade(&inner));
         Ok(Self { inner })
@@ -347,6 +390,27 @@ impl RabbitMqTransport {
             self.inner.queue.lease,
         );
         Delivery { message, token }
+    }
+
+    /// The retry queue of `delay`'s tier, declared the first time this
+    /// transport needs it.
+    async fn declared_retry_queue(
+        &self,
+        link: &Link,
+        delay: Duration,
+    ) -> Result<String, TransportError> {
+        let queue = &self.inner.queue;
+        let tier = retry_tier_ms(delay);
+        if self.retry_tiers().contains(&tier) {
+            return Ok(queue.retry_queue(delay));
+        }
+        let name = queue.declare_retry_queue(&link.publisher, delay).await?;
+        self.retry_tiers().insert(tier);
+        Ok(name)
+    }
+
+    fn retry_tiers(&self) -> std::sync::MutexGuard<'_, HashSet<u64>> {
+        self.inner.retry_tiers.lock().expect("retry tiers poisoned")
     }
 
     /// Publishes a copy of `held` to `queue` with the failure and the
@@ -693,12 +757,19 @@ impl Transport for RabbitMqTransport {
         failure: &Failure,
     ) -> Result<(), TransportError> {
         let held = self.inner.leases.take(&delivery.token, "retry")?;
-        let queue = &self.inner.queue;
         if delay.is_zero() {
-            self.move_to(held, &queue.name, None, failure).await
-        } else {
-            self.move_to(held, &queue.retry_queue(), Some(delay), failure)
-                .await
+            return self
+                .move_to(held, &self.inner.queue.name, None, failure)
+                .await;
+        }
+        match self.declared_retry_queue(&held.link, delay).await {
+            Ok(retry_queue) => self.move_to(held, &retry_queue, Some(delay), failure).await,
+            Err(error) => {
+                if let Err(give_back) = self.give_back(&held).await {
+                    tracing::warn!(message_id = %held.message.id, error = %give_back, "could not give back a message whose retry queue could not be declared; it returns when the connection closes");
+                }
+                Err(error)
+            }
         }
     }
 
@@ -816,5 +887,31 @@ impl Publisher for RabbitMqPublisher {
             });
         }
         results
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_waits_in_the_tier_of_the_power_of_two_at_or_above_its_delay() {
+        let queue = RabbitMqQueue::new("work");
+        let tier = |delay| queue.retry_queue(delay);
+        assert_eq!(tier(Duration::from_millis(1)), "work.retry.128ms");
+        assert_eq!(tier(Duration::from_millis(128)), "work.retry.128ms");
+        assert_eq!(tier(Duration::from_millis(129)), "work.retry.256ms");
+        assert_eq!(tier(Duration::from_secs(5)), "work.retry.8192ms");
+        assert_eq!(tier(Duration::from_secs(300)), "work.retry.524288ms");
+        assert_eq!(tier(Duration::MAX), "work.retry.67108864ms");
+        let listed: Vec<String> = queue.retry_queues().collect();
+        assert_eq!(listed.len(), 20);
+        assert_eq!(listed[0], "work.retry.128ms");
+        for millis in [1, 200, 5_000, 300_000, 43_200_000, u64::MAX] {
+            assert!(
+                listed.contains(&tier(Duration::from_millis(millis))),
+                "the tier of {millis} ms is not listed"
+            );
+        }
     }
 }

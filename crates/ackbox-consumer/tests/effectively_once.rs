@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use ackbox_consumer::testing::{CrashPoint, Faults, UnreliableTransport};
 use ackbox_consumer::{
-    CancellationToken, Claim, ClaimRequest, Consumer, ConsumerError, Inbox, ResultHandler,
-    RetryBudget, RetryPolicy, Transport,
+    CancellationToken, Claim, ClaimRequest, Consumer, ConsumerError, Delivery, Failure, Inbox,
+    ResultHandler, RetryBudget, RetryPolicy, Transport,
 };
 use support::{Backend, Broker, Ledger, Script, SqsBroker, body, business_key, eventually};
 use tokio::task::JoinHandle;
@@ -631,6 +631,63 @@ async fn a_lost_lease_is_never_acknowledged_twice<K: Broker, B: Backend>(backend
     );
 }
 
+/// Receives until `count` deliveries came (a bounded number of waits).
+async fn receive_exactly<T: Transport>(transport: &T, count: usize) -> Vec<Delivery> {
+    let mut deliveries = Vec::new();
+    for _ in 0..30 {
+        if deliveries.len() >= count {
+            break;
+        }
+        deliveries.extend(
+            transport
+                .receive(count - deliveries.len(), Duration::from_secs(1))
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(deliveries.len(), count, "the deliveries did not all come");
+    deliveries
+}
+
+/// A retry delay is a promise about this message alone: one retried after
+/// 200 ms must not wait for one retried before it after 4 s (RabbitMQ's
+/// per-message TTL expires only at a queue's head).
+async fn a_short_retry_is_not_held_behind_a_long_one<K: Broker, B: Backend>(_backend: B) {
+    let broker = K::start(30, 10).await;
+    broker.send(&body("long")).await;
+    broker.send(&body("short")).await;
+    let transport = broker.transport().await;
+    let deliveries = receive_exactly(&transport, 2).await;
+    let keyed = |key: &str| {
+        deliveries
+            .iter()
+            .find(|delivery| business_key(&delivery.message) == key)
+            .unwrap()
+    };
+    let failure = Failure {
+        class: "DependencyDown".into(),
+        message: "try again later".into(),
+    };
+    transport
+        .retry(keyed("long"), Duration::from_secs(4), &failure)
+        .await
+        .unwrap();
+    transport
+        .retry(keyed("short"), Duration::from_millis(200), &failure)
+        .await
+        .unwrap();
+    let first = receive_exactly(&transport, 1).await;
+    assert_eq!(
+        business_key(&first[0].message),
+        "short",
+        "the 200 ms retry came back after the 4 s one"
+    );
+    transport.ack(&first[0]).await.unwrap();
+    let second = receive_exactly(&transport, 1).await;
+    assert_eq!(business_key(&second[0].message), "long");
+    transport.ack(&second[0]).await.unwrap();
+}
+
 async fn expired_inbox_records_are_purged<B: Backend>(backend: B) {
     let inbox = backend.inbox();
     inbox.migrate().await.unwrap();
@@ -746,6 +803,7 @@ support::for_each_transport!([
     soak_10000_messages_through_crashes_and_duplicates_make_10000_effects,
     a_lost_lease_is_never_acknowledged_twice,
     a_duplicate_gets_the_result_the_first_run_stored,
+    a_short_retry_is_not_held_behind_a_long_one,
 ]);
 
 support::for_each_backend!(

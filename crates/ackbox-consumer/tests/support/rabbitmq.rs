@@ -24,28 +24,41 @@ pub struct RabbitMqBroker {
     url: String,
     queue: RabbitMqQueue,
     channel: Channel,
-    _connection: Connection,
+    connection: Connection,
     /// Every transport handed out, for what they hold unacknowledged; weak,
     /// so a dropped transport closes its connection and gives its messages
     /// back, as a stopped process would.
     transports: Mutex<Vec<Weak<RabbitMqTransport>>>,
 }
 
+/// Messages ready in `queue`, by a passive declaration (an error if the
+/// queue does not exist, which also closes `channel`).
+async fn ready_in(channel: &Channel, queue: &str) -> lapin::Result<u64> {
+    let declared = channel
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        )
+        .await?;
+    Ok(u64::from(declared.message_count()))
+}
+
 impl RabbitMqBroker {
     async fn count(&self, queue: &str) -> u64 {
-        let declared = self
-            .channel
-            .queue_declare(
-                queue.into(),
-                QueueDeclareOptions {
-                    passive: true,
-                    ..QueueDeclareOptions::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-        u64::from(declared.message_count())
+        ready_in(&self.channel, queue).await.unwrap()
+    }
+
+    /// Like `count`, for a queue that may not exist: on a channel of its
+    /// own, since asking about a missing queue closes the channel.
+    async fn count_if_declared(&self, queue: &str) -> u64 {
+        let channel = self.connection.create_channel().await.unwrap();
+        let ready = ready_in(&channel, queue).await.unwrap_or(0);
+        let _ = channel.close(200, "counted".into()).await;
+        ready
     }
 
     async fn publish(&self, queue: &str, body: &[u8], properties: BasicProperties) {
@@ -68,7 +81,10 @@ impl RabbitMqBroker {
     /// Ready messages, and those waiting to be retried or unacknowledged.
     async fn depth_now(&self) -> (u64, u64) {
         let ready = self.count(self.queue.name()).await;
-        let waiting = self.count(&self.queue.retry_queue()).await;
+        let mut waiting = 0;
+        for retry_queue in self.queue.retry_queues() {
+            waiting += self.count_if_declared(&retry_queue).await;
+        }
         let held: u64 = self
             .transports
             .lock()
@@ -106,11 +122,8 @@ impl RabbitMqBroker {
 impl Drop for RabbitMqBroker {
     fn drop(&mut self) {
         let url = self.url.clone();
-        let names = [
-            self.queue.name().to_owned(),
-            self.queue.retry_queue(),
-            self.queue.dead_letter_queue(),
-        ];
+        let mut names = vec![self.queue.name().to_owned(), self.queue.dead_letter_queue()];
+        names.extend(self.queue.retry_queues());
         let deleted = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -120,12 +133,13 @@ impl Drop for RabbitMqBroker {
                 let connection = Connection::connect(&url, ConnectionProperties::default())
                     .await
                     .ok()?;
-                let channel = connection.create_channel().await.ok()?;
                 for name in names {
-                    channel
+                    // Retry queues exist only once used, and an error
+                    // closes its channel: one channel per queue.
+                    let channel = connection.create_channel().await.ok()?;
+                    let _ = channel
                         .queue_delete(name.as_str().into(), QueueDeleteOptions::default())
-                        .await
-                        .ok()?;
+                        .await;
                 }
                 connection.close(200, "test done".into()).await.ok()
             })
@@ -179,7 +193,7 @@ impl Broker for RabbitMqBroker {
             url,
             queue,
             channel,
-            _connection: connection,
+            connection,
             transports: Mutex::default(),
         }
     }
