@@ -20,6 +20,7 @@ use ackbox_consumer::projection::VersionStore;
 use ackbox_consumer::{
     Handler, HandlerError, Inbox, Message, PgInbox, SqliteInbox, Transport, async_trait,
 };
+use ackbox_testkit::postgres::PostgresSchema;
 use sqlx::{Database, Postgres, Sqlite, Transaction};
 
 pub use sqs::SqsBroker;
@@ -55,12 +56,14 @@ pub trait Broker: Send + Sync + Sized + 'static {
     async fn redrive(&self);
 }
 
+static NAMES: AtomicU64 = AtomicU64::new(0);
+
 /// A name no other test (or earlier run) uses.
 pub fn unique_name(prefix: &str) -> String {
     format!(
         "{prefix}_{}_{}_{}",
         std::process::id(),
-        SCHEMAS.fetch_add(1, Ordering::Relaxed),
+        NAMES.fetch_add(1, Ordering::Relaxed),
         rand_suffix()
     )
 }
@@ -180,12 +183,12 @@ impl Backend for SqliteBackend {
     }
 }
 
-/// Each test gets its own schema in the test database.
+/// Each test gets its own schema in the test database, dropped when the
+/// test ends.
 pub struct PostgresBackend {
     pool: sqlx::PgPool,
+    _schema: PostgresSchema,
 }
-
-static SCHEMAS: AtomicU64 = AtomicU64::new(0);
 
 #[async_trait]
 impl Backend for PostgresBackend {
@@ -194,27 +197,20 @@ impl Backend for PostgresBackend {
     type Effects = PgEffectStore;
 
     async fn start() -> Option<Self> {
-        let Ok(url) = std::env::var("ACKBOX_TEST_POSTGRES_URL") else {
-            eprintln!(
-                "skipped: ACKBOX_TEST_POSTGRES_URL is not set, so the PostgreSQL inbox is not tested here"
-            );
-            return None;
-        };
-        let schema = format!(
-            "consumer_{}_{}_{}",
-            std::process::id(),
-            SCHEMAS.fetch_add(1, Ordering::Relaxed),
-            rand_suffix()
-        );
+        let schema = PostgresSchema::new("the PostgreSQL inbox")?;
+        let url = schema.url().to_owned();
         let admin = sqlx::PgPool::connect(&url)
             .await
             .expect("PostgreSQL is reachable");
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE SCHEMA {schema}")))
-            .execute(&admin)
-            .await
-            .unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE SCHEMA {}",
+            schema.name()
+        )))
+        .execute(&admin)
+        .await
+        .unwrap();
         admin.close().await;
-        let search_path = schema.clone();
+        let search_path = schema.name().to_owned();
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(20)
             .after_connect(move |connection, _| {
@@ -233,7 +229,10 @@ impl Backend for PostgresBackend {
             .execute(&pool)
             .await
             .unwrap();
-        Some(Self { pool })
+        Some(Self {
+            pool,
+            _schema: schema,
+        })
     }
 
     fn inbox(&self) -> PgInbox {
