@@ -7,12 +7,35 @@ use std::time::Duration;
 use ackbox_core::clock::{Clock, ManualClock, SystemClock};
 use ackbox_core::queue_name::Realm;
 use ackbox_engine::Engine;
+use ackbox_engine::store::postgres::PostgresOptions;
 use ackbox_engine::store::sqlite::Durability;
 use ackbox_server::broker::{BrokerConfig, RunningBroker};
 use ackbox_server::limits::HttpLimits;
 use tempfile::TempDir;
 
+use crate::postgres::PostgresSchema;
 use crate::tls::TestCertificate;
+
+/// Set to `postgres` to run every [`TestServer`] on a throwaway schema of
+/// `ACKBOX_TEST_POSTGRES_URL` instead of the embedded store: `.ci/run` runs
+/// the server suites once each way.
+pub const STORE_VARIABLE: &str = "ACKBOX_TEST_SERVER_STORE";
+
+/// The schema to run on, when [`STORE_VARIABLE`] asks for PostgreSQL.
+///
+/// # Panics
+/// When it names a store there is none of, or PostgreSQL without its URL:
+/// a run meant for PostgreSQL must not pass on SQLite unnoticed.
+fn postgres_schema() -> Option<PostgresSchema> {
+    match std::env::var(STORE_VARIABLE).as_deref() {
+        Err(_) | Ok("" | "sqlite") => None,
+        Ok("postgres") => Some(
+            PostgresSchema::new("the server on PostgreSQL")
+                .expect("ACKBOX_TEST_SERVER_STORE=postgres needs ACKBOX_TEST_POSTGRES_URL"),
+        ),
+        Ok(other) => panic!("{STORE_VARIABLE} must be sqlite or postgres, not {other:?}"),
+    }
+}
 
 /// Builds a [`TestServer`].
 #[derive(Debug, Default)]
@@ -79,11 +102,16 @@ impl TestServerBuilder {
             path
         });
         let certificate = self.tls.then(|| TestCertificate::generate(data_dir.path()));
+        let schema = postgres_schema();
         let config = BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: data_dir.path().to_path_buf(),
             durability: self.durability.unwrap_or(Durability::Fsync),
-            postgres: None,
+            postgres: schema.as_ref().map(|schema| PostgresOptions {
+                max_connections: 8,
+                schema: Some(schema.name().to_owned()),
+                ..PostgresOptions::new(schema.url())
+            }),
             realm: Realm::default(),
             ui_read_only: self.ui_read_only,
             credentials,
@@ -104,6 +132,7 @@ impl TestServerBuilder {
             broker: Some(broker),
             certificate,
             _data_dir: data_dir,
+            _schema: schema,
         }
     }
 }
@@ -118,6 +147,8 @@ pub struct TestServer {
     /// The generated certificate, when serving HTTPS.
     certificate: Option<TestCertificate>,
     _data_dir: TempDir,
+    /// The PostgreSQL schema the broker runs on, dropped after it.
+    _schema: Option<PostgresSchema>,
 }
 
 impl TestServer {
@@ -175,6 +206,12 @@ impl TestServer {
     /// The engine behind the broker.
     pub fn engine(&self) -> &Engine {
         &self.broker().engine
+    }
+
+    /// Whether the broker runs on the embedded store (not PostgreSQL, see
+    /// [`STORE_VARIABLE`]): some metrics and files exist only there.
+    pub fn on_embedded_store(&self) -> bool {
+        self.config.postgres.is_none()
     }
 
     /// The data directory.
