@@ -207,8 +207,6 @@ impl RabbitMqQueue {
     }
 }
 
-/// Expired and rejected messages go to `target` through the default
-/// exchange, at least once (the broker keeps them until `target` confirms).
 /// The power of two (in milliseconds) at or above `delay`, within the
 /// shortest and longest tiers.
 fn retry_tier_ms(delay: Duration) -> u64 {
@@ -218,6 +216,8 @@ fn retry_tier_ms(delay: Duration) -> u64 {
         .next_power_of_two()
 }
 
+/// Expired and rejected messages go to `target` through the default
+/// exchange, at least once (the broker keeps them until `target` confirms).
 fn route_dead_letters(arguments: &mut FieldTable, target: &str) {
     arguments.insert("x-dead-letter-exchange".into(), string_value(""));
     arguments.insert("x-dead-letter-routing-key".into(), string_value(target));

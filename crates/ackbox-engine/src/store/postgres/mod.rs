@@ -272,8 +272,9 @@ fn is_conflict(error: &StoreError) -> bool {
 }
 
 /// Runs `$body` (an expression using `$connection: &mut PgConnection`) in a
-/// transaction on `$pool`, commits it, and runs it again when PostgreSQL aborted it
-/// for a conflict. A failed attempt is rolled back before anything else.
+/// transaction on `$pool`, commits it, and runs it again when PostgreSQL
+/// aborted it for a conflict. A failed attempt is rolled back before
+/// anything else.
 macro_rules! in_transaction {
     ($pool:expr, $operation:literal, |$connection:ident| $body:expr) => {{
         let mut conflicts = 0u32;

@@ -457,8 +457,9 @@ pub(super) async fn message_insert_batch(
 
 /// A standard queue's batch in one statement, which also holds the queue's
 /// row against a concurrent DeleteQueue: alone it is a whole transaction
-/// (one round trip). Sequence numbers follow the
-/// batch's order, as the insert follows `position`.
+/// (one round trip). Sequence numbers follow the batch's order, as the
+/// insert follows `position`. The caller announces the arrival once the
+/// statement has committed.
 pub(super) async fn insert_standard(
     executor: impl sqlx::PgExecutor<'_>,
     params: &MessageInsertParams,
