@@ -460,6 +460,51 @@ pub async fn a_zero_lease_never_returns_a_message_twice_in_one_receive(fixture: 
     assert_eq!(outcome.messages.len(), 1);
 }
 
+/// A receive that meets a message due for its dead-letter queue may take
+/// two steps (the PostgreSQL store moves it apart from leasing the rest);
+/// with a zero lease the first step's messages stay visible, and the second
+/// must not return them again.
+pub async fn a_zero_lease_beside_a_dead_letter_move_returns_each_message_once(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let source = create(store, "source", T0).await;
+    let dlq = create(store, "dlq", T0).await;
+    insert(
+        store,
+        source,
+        vec![message("poison", T0, T0), message("fine", T0 + 1, T0)],
+    )
+    .await;
+    let dead_letter = || {
+        Some(DeadLetterTarget {
+            queue_id: dlq,
+            max_receive_count: 1,
+            source_arn: "arn:source".into(),
+        })
+    };
+    let first = store
+        .message_receive(MessageReceiveParams {
+            dead_letter: dead_letter(),
+            ..receive_params(source, T0, 1, 1_000)
+        })
+        .await
+        .unwrap();
+    assert_eq!(first.messages[0].body, "poison");
+    let second = store
+        .message_receive(MessageReceiveParams {
+            dead_letter: dead_letter(),
+            ..receive_params(source, T0 + 1_000, 10, 0)
+        })
+        .await
+        .unwrap();
+    let bodies: Vec<&str> = second
+        .messages
+        .iter()
+        .map(|message| message.body.as_str())
+        .collect();
+    assert_eq!(bodies, ["fine"], "received once, and the poison moved");
+    assert_eq!(second.dead_lettered, 1);
+}
+
 pub async fn expired_messages_are_dropped_not_delivered(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let id = create(store, "q", T0).await;
@@ -1642,6 +1687,7 @@ macro_rules! store_conformance {
             receive_leases_oldest_first_and_counts_receives,
             a_batch_stores_each_message_under_the_sequence_number_it_reports,
             a_zero_lease_never_returns_a_message_twice_in_one_receive,
+            a_zero_lease_beside_a_dead_letter_move_returns_each_message_once,
             expired_messages_are_dropped_not_delivered,
             delete_is_idempotent_and_respects_newer_leases,
             visibility_changes_need_the_current_running_lease,
