@@ -466,34 +466,9 @@ pub async fn a_zero_lease_never_returns_a_message_twice_in_one_receive(fixture: 
 /// must not return them again.
 pub async fn a_zero_lease_beside_a_dead_letter_move_returns_each_message_once(fixture: Fixture) {
     let store = fixture.store.as_ref();
-    let source = create(store, "source", T0).await;
-    let dlq = create(store, "dlq", T0).await;
-    insert(
-        store,
-        source,
-        vec![message("poison", T0, T0), message("fine", T0 + 1, T0)],
-    )
-    .await;
-    let dead_letter = || {
-        Some(DeadLetterTarget {
-            queue_id: dlq,
-            max_receive_count: 1,
-            source_arn: "arn:source".into(),
-        })
-    };
-    let first = store
-        .message_receive(MessageReceiveParams {
-            dead_letter: dead_letter(),
-            ..receive_params(source, T0, 1, 1_000)
-        })
-        .await
-        .unwrap();
-    assert_eq!(first.messages[0].body, "poison");
+    let poisoned = PoisonedSource::create(store).await;
     let second = store
-        .message_receive(MessageReceiveParams {
-            dead_letter: dead_letter(),
-            ..receive_params(source, T0 + 1_000, 10, 0)
-        })
+        .message_receive(poisoned.receive(T0 + 1_000, 10, 0))
         .await
         .unwrap();
     let bodies: Vec<&str> = second
@@ -693,39 +668,55 @@ pub async fn visibility_changes_need_the_current_running_lease(fixture: Fixture)
     assert_eq!(gone, [ChangeVisibilityOutcome::NotAvailable]);
 }
 
+/// A source queue holding "poison" (with attribute `kind`), received once
+/// already, the limit, and "fine", never received; its dead-letter queue.
+struct PoisonedSource {
+    source: i64,
+    dlq: i64,
+    seqs: Vec<i64>,
+}
+
+impl PoisonedSource {
+    async fn create(store: &dyn Store) -> Self {
+        let source = create(store, "source", T0).await;
+        let dlq = create(store, "dlq", T0).await;
+        let mut poison = message("poison", T0, T0);
+        poison.attributes.insert(
+            "kind".into(),
+            ackbox_core::message::MessageAttributeValue::string("x"),
+        );
+        let seqs = insert(store, source, vec![poison, message("fine", T0 + 1, T0)]).await;
+        let poisoned = Self { source, dlq, seqs };
+        let first = store
+            .message_receive(poisoned.receive(T0, 1, 1_000))
+            .await
+            .unwrap();
+        assert_eq!(
+            first.messages[0].body, "poison",
+            "the first receive is within the limit"
+        );
+        poisoned
+    }
+
+    /// A receive from the source with its dead-letter queue in force.
+    fn receive(&self, now: i64, max: u32, lease_ms: i64) -> MessageReceiveParams {
+        MessageReceiveParams {
+            dead_letter: Some(DeadLetterTarget {
+                queue_id: self.dlq,
+                max_receive_count: 1,
+                source_arn: "arn:source".into(),
+            }),
+            ..receive_params(self.source, now, max, lease_ms)
+        }
+    }
+}
+
 pub async fn receive_moves_messages_past_the_limit_to_the_dead_letter_queue(fixture: Fixture) {
     let store = fixture.store.as_ref();
-    let source = create(store, "source", T0).await;
-    let dlq = create(store, "dlq", T0).await;
-    let mut poison = message("poison", T0, T0);
-    poison.attributes.insert(
-        "kind".into(),
-        ackbox_core::message::MessageAttributeValue::string("x"),
-    );
-    let seqs = insert(store, source, vec![poison, message("fine", T0 + 1, T0)]).await;
-    let dead_letter = || {
-        Some(DeadLetterTarget {
-            queue_id: dlq,
-            max_receive_count: 1,
-            source_arn: "arn:source".into(),
-        })
-    };
-    let first = store
-        .message_receive(MessageReceiveParams {
-            dead_letter: dead_letter(),
-            ..receive_params(source, T0, 1, 1_000)
-        })
-        .await
-        .unwrap();
-    assert_eq!(
-        first.messages[0].body, "poison",
-        "the first receive is within the limit"
-    );
+    let poisoned = PoisonedSource::create(store).await;
+    let (source, dlq, seqs) = (poisoned.source, poisoned.dlq, poisoned.seqs.clone());
     let second = store
-        .message_receive(MessageReceiveParams {
-            dead_letter: dead_letter(),
-            ..receive_params(source, T0 + 1_000, 10, 1_000)
-        })
+        .message_receive(poisoned.receive(T0 + 1_000, 10, 1_000))
         .await
         .unwrap();
     let bodies: Vec<&str> = second
