@@ -322,12 +322,11 @@ pub async fn receive_leases_oldest_first_and_counts_receives(fixture: Fixture) {
         .message_receive(receive_params(id, T0, 10, 1_000))
         .await
         .unwrap();
-    let bodies: Vec<&str> = first
-        .messages
-        .iter()
-        .map(|message| message.body.as_str())
-        .collect();
-    assert_eq!(bodies, ["a", "b"], "the delayed message is held back");
+    assert_eq!(
+        bodies(&first),
+        ["a", "b"],
+        "the delayed message is held back"
+    );
     assert!(
         first
             .messages
@@ -471,12 +470,11 @@ pub async fn a_zero_lease_beside_a_dead_letter_move_returns_each_message_once(fi
         .message_receive(poisoned.receive(T0 + 1_000, 10, 0))
         .await
         .unwrap();
-    let bodies: Vec<&str> = second
-        .messages
-        .iter()
-        .map(|message| message.body.as_str())
-        .collect();
-    assert_eq!(bodies, ["fine"], "received once, and the poison moved");
+    assert_eq!(
+        bodies(&second),
+        ["fine"],
+        "received once, and the poison moved"
+    );
     assert_eq!(second.dead_lettered, 1);
 }
 
@@ -719,13 +717,8 @@ pub async fn receive_moves_messages_past_the_limit_to_the_dead_letter_queue(fixt
         .message_receive(poisoned.receive(T0 + 1_000, 10, 1_000))
         .await
         .unwrap();
-    let bodies: Vec<&str> = second
-        .messages
-        .iter()
-        .map(|message| message.body.as_str())
-        .collect();
     assert_eq!(
-        bodies,
+        bodies(&second),
         ["fine"],
         "the poison message is not delivered again"
     );
