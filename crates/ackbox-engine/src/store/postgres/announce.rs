@@ -76,11 +76,9 @@ impl Announcer {
             // one: each costs a statement here and a wake-up on every node.
             let pause = if let Err(error) = announced {
                 tracing::warn!(%error, "cannot announce arrivals to the other nodes; retrying");
-                self.pending
-                    .lock()
-                    .expect("announcer poisoned")
-                    .extend(queues);
-                self.marked.notify_one();
+                for queue_id in queues {
+                    self.announce(queue_id);
+                }
                 RETRY_PAUSE
             } else {
                 COALESCING_PAUSE

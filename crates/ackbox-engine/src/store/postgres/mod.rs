@@ -111,6 +111,15 @@ impl PostgresStore {
     /// Connects, migrates the schema (one node at a time) and starts
     /// listening for other nodes' changes.
     pub async fn connect(options: &PostgresOptions) -> Result<Self, StoreError> {
+        if let Some(schema) = &options.schema
+            && !is_plain_identifier(schema)
+        {
+            return Err(StoreError::Corrupt {
+                detail: format!(
+                    "schema {schema:?} must be letters, digits and underscores, not starting with a digit"
+                ),
+            });
+        }
         let connect_options: PgConnectOptions = options
             .url
             .parse()
@@ -119,11 +128,11 @@ impl PostgresStore {
         // shared out evenly.
         let connections = options.max_connections.max(3);
         let lease_connections = (connections - 1) / 2;
-        let pool = pool_options(options, connections - lease_connections)?
+        let pool = pool_options(options, connections - lease_connections)
             .connect_with(connect_options.clone())
             .await
             .map_err(postgres_error("connect"))?;
-        let lease_pool = pool_options(options, lease_connections)?
+        let lease_pool = pool_options(options, lease_connections)
             .connect_with(connect_options.options([("synchronous_commit", "off")]))
             .await
             .map_err(postgres_error("connect"))?;
@@ -224,23 +233,17 @@ impl PostgresStore {
     }
 }
 
-/// A pool of `connections` whose sessions use the configured schema.
-fn pool_options(options: &PostgresOptions, connections: u32) -> Result<PgPoolOptions, StoreError> {
+/// A pool of `connections` whose sessions use the configured schema (a
+/// plain identifier, checked by [`PostgresStore::connect`]).
+fn pool_options(options: &PostgresOptions, connections: u32) -> PgPoolOptions {
     let pool_options = PgPoolOptions::new()
         .max_connections(connections)
         .acquire_timeout(Duration::from_secs(10));
     let Some(schema) = &options.schema else {
-        return Ok(pool_options);
+        return pool_options;
     };
-    if !is_plain_identifier(schema) {
-        return Err(StoreError::Corrupt {
-            detail: format!(
-                "schema {schema:?} must be letters, digits and underscores, not starting with a digit"
-            ),
-        });
-    }
     let statement = format!("SET search_path TO {schema}");
-    Ok(pool_options.after_connect(move |connection, _| {
+    pool_options.after_connect(move |connection, _| {
         let statement = statement.clone();
         Box::pin(async move {
             sqlx::query(sqlx::AssertSqlSafe(statement))
@@ -248,7 +251,7 @@ fn pool_options(options: &PostgresOptions, connections: u32) -> Result<PgPoolOpt
                 .await
                 .map(drop)
         })
-    }))
+    })
 }
 
 fn is_plain_identifier(name: &str) -> bool {
