@@ -60,14 +60,28 @@ impl Drop for PostgresSchema {
                 return;
             };
             runtime.block_on(async {
-                if let Ok(pool) = sqlx::PgPool::connect(&url).await {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "DROP SCHEMA IF EXISTS {name} CASCADE"
-                    )))
-                    .execute(&pool)
-                    .await;
-                    pool.close().await;
-                }
+                let Ok(pool) = sqlx::PgPool::connect(&url).await else {
+                    return;
+                };
+                // An in-process broker dropped mid-transaction (its runtime
+                // blocked on this very drop) would hold its locks forever:
+                // the test is over, so its sessions are ended first.
+                let _ = sqlx::query(
+                    "SELECT pg_terminate_backend(locks.pid)
+                     FROM pg_locks AS locks
+                     JOIN pg_class AS class ON class.oid = locks.relation
+                     JOIN pg_namespace AS namespace ON namespace.oid = class.relnamespace
+                     WHERE namespace.nspname = $1 AND locks.pid <> pg_backend_pid()",
+                )
+                .bind(&name)
+                .execute(&pool)
+                .await;
+                let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP SCHEMA IF EXISTS {name} CASCADE"
+                )))
+                .execute(&pool)
+                .await;
+                pool.close().await;
             });
         })
         .join();
