@@ -154,8 +154,9 @@ impl SqliteStore {
         )?;
         let wal_path = PathBuf::from(format!("{}-wal", path.display()));
         let checkpoint_connection = open_connection(&path, OpenFlags::default())?;
+        let shm_path = PathBuf::from(format!("{}-shm", path.display()));
         let checkpointer =
-            Checkpointer::start(checkpoint_connection, wal_path.clone()).map_err(|source| {
+            Checkpointer::start(checkpoint_connection, shm_path).map_err(|source| {
                 StoreError::Io {
                     path: "ackbox-sqlite-checkpoint thread".to_owned(),
                     source,
