@@ -34,7 +34,7 @@
 //! over old pages. Under load it leaves them: inserts reuse them anyway.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -243,7 +243,9 @@ impl Writer {
             source,
         };
         let flusher = match durability {
-            Durability::Fsync => Some(Flusher::start(wal_path.clone()).map_err(thread_error)?),
+            Durability::Fsync => {
+                Some(Flusher::start(WalFile::new(wal_path.clone())).map_err(thread_error)?)
+            }
             Durability::Relaxed { .. } => None,
         };
         let reclaim = Reclaim {
@@ -267,7 +269,7 @@ impl Writer {
             wake: Condvar::new(),
             committer: Mutex::new(Committer {
                 connection,
-                wal_path,
+                wal: WalFile::new(wal_path),
                 durability,
                 unsynced_since: None,
                 flusher,
@@ -420,19 +422,52 @@ impl Drop for Writer {
     }
 }
 
-/// fsyncs the WAL. The connection runs with `synchronous=NORMAL` (no fsync
-/// inside COMMIT), so the writer decides per group whether to wait for the
-/// disk; a sync of the WAL covers every commit before it. fsync acts on the
-/// inode, so a second descriptor flushes what SQLite's own descriptor wrote.
-fn sync_wal(wal_path: &Path) -> std::io::Result<()> {
-    let started = Instant::now();
-    let synced = match std::fs::File::open(wal_path).and_then(|wal| wal.sync_data()) {
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        other => other,
-    };
-    // The floor under every durable write's latency: the disk's, not ours.
-    metrics::histogram!("ackbox_store_fsync_seconds").record(started.elapsed());
-    synced
+/// The WAL as the fsyncs see it. The connection runs with
+/// `synchronous=NORMAL` (no fsync inside COMMIT), so the writer decides per
+/// group whether to wait for the disk; a sync of the WAL covers every commit
+/// before it. fsync acts on the inode, so a second descriptor flushes what
+/// SQLite's own descriptor wrote. The descriptor is kept: opening the file
+/// by name for every fsync cost two more system calls and a path lookup per
+/// group, and a kept descriptor also hears of a write-back error that
+/// happened before the next fsync, which a freshly opened one would not.
+/// SQLite removes the WAL only when its last connection closes, after
+/// every fsync.
+struct WalFile {
+    path: PathBuf,
+    /// Opened on the first fsync; the WAL appears with the first write.
+    file: Option<std::fs::File>,
+}
+
+impl WalFile {
+    fn new(path: PathBuf) -> Self {
+        Self { path, file: None }
+    }
+
+    fn display(&self) -> std::path::Display<'_> {
+        self.path.display()
+    }
+
+    fn sync(&mut self) -> std::io::Result<()> {
+        let started = Instant::now();
+        let synced = self
+            .open()
+            .and_then(|wal| wal.map_or(Ok(()), std::fs::File::sync_data));
+        // The floor under every durable write's latency: the disk's, not ours.
+        metrics::histogram!("ackbox_store_fsync_seconds").record(started.elapsed());
+        synced
+    }
+
+    /// The open WAL, or `None` while it does not exist (nothing to sync).
+    fn open(&mut self) -> std::io::Result<Option<&std::fs::File>> {
+        if self.file.is_none() {
+            match std::fs::File::open(&self.path) {
+                Ok(file) => self.file = Some(file),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(self.file.as_ref())
+    }
 }
 
 /// The fsync thread of [`Durability::Fsync`] mode.
@@ -444,7 +479,7 @@ struct Flusher {
 }
 
 impl Flusher {
-    fn start(wal_path: PathBuf) -> std::io::Result<Self> {
+    fn start(mut wal: WalFile) -> std::io::Result<Self> {
         let (groups, committed) = mpsc::channel::<Vec<Completion>>();
         let thread = std::thread::Builder::new()
             .name("ackbox-sqlite-flusher".to_owned())
@@ -457,11 +492,11 @@ impl Flusher {
                     fsyncs += 1;
                     groups += ready.len() as u64;
                     jobs += ready.iter().map(|group| group.len() as u64).sum::<u64>();
-                    let synced = sync_wal(&wal_path);
+                    let synced = wal.sync();
                     if let Err(error) = &synced {
                         // The commits are visible but may not survive a power
                         // loss: do not tell anyone they are safe.
-                        tracing::error!(%error, path = %wal_path.display(), "WAL fsync failed; groups are not acknowledged");
+                        tracing::error!(%error, path = %wal.display(), "WAL fsync failed; groups are not acknowledged");
                     }
                     for complete in ready.into_iter().flatten() {
                         complete(synced.is_ok());
@@ -485,7 +520,7 @@ impl Flusher {
 /// groups; used by whoever holds the committer [`Role`].
 struct Committer {
     connection: Connection,
-    wal_path: PathBuf,
+    wal: WalFile,
     durability: Durability,
     /// When the oldest durable commit not yet fsynced was made (relaxed mode).
     unsynced_since: Option<Instant>,
@@ -720,14 +755,14 @@ impl Committer {
             (Some(flusher), _) => {
                 if let Err(mpsc::SendError(completions)) = flusher.groups.send(completions) {
                     // The flusher is gone; sync here rather than acknowledge unsynced.
-                    let synced = sync_wal(&self.wal_path).is_ok();
+                    let synced = self.wal.sync().is_ok();
                     for complete in completions {
                         complete(synced);
                     }
                 }
             }
             (None, Durability::Fsync) => {
-                let synced = sync_wal(&self.wal_path).is_ok();
+                let synced = self.wal.sync().is_ok();
                 for complete in completions {
                     complete(synced);
                 }
@@ -809,10 +844,10 @@ impl Committer {
         if !force && since.elapsed() < sync_interval {
             return;
         }
-        match sync_wal(&self.wal_path) {
+        match self.wal.sync() {
             Ok(()) => self.unsynced_since = None,
             Err(error) => {
-                tracing::error!(%error, path = %self.wal_path.display(), "periodic WAL fsync failed");
+                tracing::error!(%error, path = %self.wal.display(), "periodic WAL fsync failed");
             }
         }
     }
