@@ -607,6 +607,78 @@ async fn the_cli_speaks_https_to_a_broker_it_is_told_to_trust() {
     );
 }
 
+/// The peers of the side-by-side table (README) through their own clients,
+/// against the services `.ci/run` starts: each runs every workload without
+/// an error, and W2 takes what W1 sent.
+#[test]
+fn bench_drives_rabbitmq_nats_and_postgresql_side_by_side() {
+    let urls: Vec<(&str, Option<String>)> = [
+        ("--amqp-url", "ACKBOX_TEST_AMQP_URL"),
+        ("--nats-url", "ACKBOX_TEST_NATS_URL"),
+        ("--postgres-url", "ACKBOX_TEST_POSTGRES_URL"),
+    ]
+    .into_iter()
+    .map(|(flag, variable)| (flag, std::env::var(variable).ok()))
+    .collect();
+    if urls.iter().any(|(_, url)| url.is_none()) {
+        eprintln!(
+            "skipped: ACKBOX_TEST_AMQP_URL, ACKBOX_TEST_NATS_URL and ACKBOX_TEST_POSTGRES_URL \
+             are not all set, so the bench's peers are not tested here"
+        );
+        return;
+    }
+    let mut args = vec![
+        "bench",
+        "--json",
+        "--target",
+        "rabbitmq,nats,postgres",
+        "--workload",
+        "all",
+        "--duration",
+        "1",
+        "--rate",
+        "50",
+        "-P",
+        "2",
+        "-C",
+        "2",
+    ];
+    for (flag, url) in &urls {
+        args.extend([*flag, url.as_deref().unwrap_or_default()]);
+    }
+    // No ackbox target: the endpoint is never called.
+    let output: Value =
+        serde_json::from_str(&ok_stdout(ackbox("http://127.0.0.1:9", &args))).unwrap();
+    let reports = output["reports"].as_array().unwrap();
+    for target in ["rabbitmq", "nats", "postgres"] {
+        let ran: Vec<&Value> = reports
+            .iter()
+            .filter(|report| report["target"] == target)
+            .collect();
+        let workloads: Vec<&str> = ran
+            .iter()
+            .map(|report| report["workload"].as_str().unwrap())
+            .collect();
+        assert_eq!(workloads, ["W1", "W2", "W3"], "{target}");
+        for report in &ran {
+            assert_eq!(report["errors"], 0, "{report}");
+        }
+        let (sent, taken) = (
+            ran[0]["messages"].as_u64().unwrap(),
+            ran[1]["messages"].as_u64().unwrap(),
+        );
+        assert!(sent > 0, "{target}: W1 sent nothing");
+        assert!(
+            (sent..=sent + 20).contains(&taken),
+            "{target}: W1 sent {sent}, W2 took {taken}"
+        );
+        assert_eq!(
+            ran[2]["messages"], 50,
+            "{target}: W3 sent 50 a second for 1 s"
+        );
+    }
+}
+
 #[test]
 fn bench_measures_every_workload_beside_a_backlog_and_leaves_only_what_it_found() {
     let data_dir = tempfile::tempdir().unwrap();
