@@ -627,22 +627,8 @@ fn bench_drives_rabbitmq_nats_and_postgresql_side_by_side() {
         );
         return;
     }
-    let mut args = vec![
-        "bench",
-        "--json",
-        "--target",
-        "rabbitmq,nats,postgres",
-        "--workload",
-        "all",
-        "--duration",
-        "1",
-        "--rate",
-        "50",
-        "-P",
-        "2",
-        "-C",
-        "2",
-    ];
+    let mut args = vec!["bench", "--target", "rabbitmq,nats,postgres"];
+    args.extend(SHORT_BENCH);
     for (flag, url) in &urls {
         args.extend([*flag, url.as_deref().unwrap_or_default()]);
     }
@@ -655,28 +641,51 @@ fn bench_drives_rabbitmq_nats_and_postgresql_side_by_side() {
             .iter()
             .filter(|report| report["target"] == target)
             .collect();
-        let workloads: Vec<&str> = ran
-            .iter()
-            .map(|report| report["workload"].as_str().unwrap())
-            .collect();
-        assert_eq!(workloads, ["W1", "W2", "W3"], "{target}");
-        for report in &ran {
-            assert_eq!(report["errors"], 0, "{report}");
-        }
-        let (sent, taken) = (
-            ran[0]["messages"].as_u64().unwrap(),
-            ran[1]["messages"].as_u64().unwrap(),
-        );
-        assert!(sent > 0, "{target}: W1 sent nothing");
-        assert!(
-            (sent..=sent + 20).contains(&taken),
-            "{target}: W1 sent {sent}, W2 took {taken}"
-        );
-        assert_eq!(
-            ran[2]["messages"], 50,
-            "{target}: W3 sent 50 a second for 1 s"
-        );
+        assert_short_bench_ran(&ran, target);
     }
+}
+
+/// A bench of every workload kept short: 1 s of W1, W2 on what it left, 1 s
+/// of W3 at 50 msg/s, 2 producers and 2 consumers.
+const SHORT_BENCH: [&str; 11] = [
+    "--json",
+    "--workload",
+    "all",
+    "--duration",
+    "1",
+    "--rate",
+    "50",
+    "-P",
+    "2",
+    "-C",
+    "2",
+];
+
+/// One target's reports of a [`SHORT_BENCH`]: every workload ran without an
+/// error, W2 took what W1 sent (each of the two consumers may take one more
+/// batch of 10 than that), and W3 sent its 50.
+fn assert_short_bench_ran(reports: &[&Value], target: &str) {
+    let workloads: Vec<&str> = reports
+        .iter()
+        .map(|report| report["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(workloads, ["W1", "W2", "W3"], "{target}");
+    for report in reports {
+        assert_eq!(report["errors"], 0, "{report}");
+    }
+    let (sent, taken) = (
+        reports[0]["messages"].as_u64().unwrap(),
+        reports[1]["messages"].as_u64().unwrap(),
+    );
+    assert!(sent > 0, "{target}: W1 sent nothing");
+    assert!(
+        (sent..=sent + 20).contains(&taken),
+        "{target}: W1 sent {sent}, W2 took {taken}"
+    );
+    assert_eq!(
+        reports[2]["messages"], 50,
+        "{target}: W3 sent 50 a second for 1 s"
+    );
 }
 
 #[test]
@@ -686,54 +695,19 @@ fn bench_measures_every_workload_beside_a_backlog_and_leaves_only_what_it_found(
     let endpoint = server.url();
     ok_stdout(ackbox(&endpoint, &["queue", "create", "bystander"]));
     let pid = server.pid().to_string();
-    let output: Value = serde_json::from_str(&ok_stdout(ackbox(
-        &endpoint,
-        &[
-            "bench",
-            "--json",
-            "--workload",
-            "all",
-            "--duration",
-            "1",
-            "--rate",
-            "50",
-            "-P",
-            "2",
-            "-C",
-            "2",
-            "--backlog",
-            "300",
-            "--server-pid",
-            &pid,
-        ],
-    )))
-    .unwrap();
-    let reports = output["reports"].as_array().unwrap();
-    let workloads: Vec<&str> = reports
-        .iter()
-        .map(|report| report["workload"].as_str().unwrap())
-        .collect();
-    assert_eq!(workloads, ["W1", "W2", "W3"]);
-    for report in reports {
-        assert_eq!(report["errors"], 0, "{report}");
+    let mut args = vec!["bench", "--backlog", "300", "--server-pid", &pid];
+    args.extend(SHORT_BENCH);
+    let output: Value = serde_json::from_str(&ok_stdout(ackbox(&endpoint, &args))).unwrap();
+    let reports: Vec<&Value> = output["reports"].as_array().unwrap().iter().collect();
+    // W1 and W2 ran on the backlog queue: W2 took from it what W1 added.
+    assert_short_bench_ran(&reports, "ackbox");
+    for report in &reports {
         assert!(report["server_rss_mib"].as_f64().unwrap() > 1.0, "{report}");
         assert!(
             report["server_cpu_us_per_message"].as_f64().is_some(),
             "{report}"
         );
     }
-    // W2 takes from the backlog queue what W1 added to it; each of the two
-    // consumers may take one more batch of 10 than that.
-    let (added, taken) = (
-        reports[0]["messages"].as_u64().unwrap(),
-        reports[1]["messages"].as_u64().unwrap(),
-    );
-    assert!(added > 0);
-    assert!(
-        (added..=added + 20).contains(&taken),
-        "W1 added {added}, W2 took {taken}"
-    );
-    assert_eq!(reports[2]["messages"], 50, "W3 sent 50 a second for 1 s");
     // The bench removes the queues it made (the backlog one too).
     let queues = ok_stdout(ackbox(&endpoint, &["queue", "list"]));
     assert_eq!(queues.lines().collect::<Vec<_>>().len(), 1, "{queues}");
