@@ -66,3 +66,5 @@ async fn postgres() -> Option<Fixture> {
 }
 
 store_conformance!(postgres);
+// Only a store shared by several nodes tells the others what changed.
+store_conformance!(@cases postgres; a_move_task_step_announces_where_its_messages_arrived);

@@ -14,8 +14,8 @@ use ackbox_engine::store::{
     MessageInsertParams, MessageReceiveParams, MoveDestination, MoveFilter, MoveTaskCreateOutcome,
     MoveTaskCreateParams, MoveTaskFilter, MoveTaskStepParams, NewMessage, QueueCreateOutcome,
     QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueStats,
-    QueueStatsParams, QueueUpdateParams, ReceiveAttempt, ReceiveOutcome, Store, StoredMessage,
-    VisibilityChange,
+    QueueStatsParams, QueueUpdateParams, ReceiveAttempt, ReceiveOutcome, Store, StoreEvent,
+    StoredMessage, VisibilityChange,
 };
 
 /// A store under test and whatever keeps it alive (a temp dir, a schema).
@@ -803,6 +803,46 @@ pub async fn a_missing_dead_letter_queue_moves_nothing(fixture: Fixture) {
         );
         assert_eq!(outcome.dead_lettered, 0);
     }
+}
+
+/// A store shared by several nodes tells them all where a move task's step
+/// brought messages, so their long polls there wake. Only for such stores
+/// (a store of one node has nobody to tell): registered by `store_postgres.rs`.
+pub async fn a_move_task_step_announces_where_its_messages_arrived(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let mut events = store.events().expect("a shared store reports its events");
+    let dlq = create(store, "dlq", T0).await;
+    let home = create(store, "home", T0).await;
+    insert(store, dlq, vec![message("failed", T0, T0)]).await;
+    store
+        .move_task_create(task_params("task-1", dlq, Some("arn:home")))
+        .await
+        .unwrap();
+    let stepped = store
+        .move_task_step(MoveTaskStepParams {
+            handle: "task-1".into(),
+            now: T0 + 1_000,
+            limit: 10,
+            destination: MoveDestination::Queue(home),
+        })
+        .await
+        .unwrap();
+    assert_eq!(stepped.moved, 1);
+    let announced = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            match events.recv().await {
+                Ok(StoreEvent::MessagesAvailable { queue_id }) if queue_id == home => return true,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return false,
+                _ => {}
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        announced,
+        Ok(true),
+        "no node heard that messages arrived in the destination"
+    );
 }
 
 pub async fn move_tasks_move_visible_messages_once_and_wait_for_held_ones(fixture: Fixture) {

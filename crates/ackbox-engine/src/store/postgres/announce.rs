@@ -6,8 +6,9 @@
 //! flush has finished, so with a `NOTIFY` in every send, sends fsync one at a
 //! time and group commit is lost. Measured on one node (2-core VM): 1,000
 //! single-message sends a second fell behind (694 a second, p50 latency
-//! 1.9 s) as soon as the fsyncs slowed after a checkpoint. Here sends only
-//! mark their queue; one task announces every marked queue in a single
+//! 1.9 s) as soon as the fsyncs slowed after a checkpoint. Here sends and
+//! move-task steps (the durable commits that bring messages) only mark
+//! their queues; one task announces every marked queue in a single
 //! statement on the lease pool (no fsync under the lock), so announcements
 //! also coalesce under load.
 

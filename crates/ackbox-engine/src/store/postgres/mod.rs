@@ -515,9 +515,15 @@ impl Store for PostgresStore {
         &self,
         params: MoveTaskStepParams,
     ) -> Result<MoveTaskStepOutcome, StoreError> {
-        in_transaction!(self.pool, "move_task_step", |connection| {
+        let outcome = in_transaction!(self.pool, "move_task_step", |connection| {
             mutation::move_task_step(connection, &params, &self.node)
-        })
+        })?;
+        // After the commit, as for sends: a step commits with an fsync, and a
+        // `NOTIFY` inside it would hold every other node's sends behind it.
+        for &destination in &outcome.destinations {
+            self.announcer.announce(destination);
+        }
+        Ok(outcome)
     }
 
     async fn move_task_resume(&self, handle: &str) -> Result<Option<MoveTaskRecord>, StoreError> {

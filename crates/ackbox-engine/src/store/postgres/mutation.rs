@@ -364,7 +364,8 @@ struct Relocation<'a> {
 }
 
 /// Moves a message to another queue under a new sequence number, so no
-/// receipt handle issued before the move can act on it again.
+/// receipt handle issued before the move can act on it again. The caller
+/// announces the arrival.
 async fn relocate(
     connection: &mut PgConnection,
     seq: i64,
@@ -414,8 +415,7 @@ async fn relocate(
     let mut touched = TouchedGroups::default();
     touched.touch(from_queue, group_id.as_deref());
     touched.touch(to.queue_id, group_id.as_deref());
-    touched.refresh(connection).await?;
-    announce_messages(connection, to.queue_id).await
+    touched.refresh(connection).await
 }
 
 async fn move_to_dead_letter_queue(
@@ -437,7 +437,10 @@ async fn move_to_dead_letter_queue(
             sent_at: fifo_target.then_some(now),
         },
     )
-    .await
+    .await?;
+    // Inside the transaction: it commits on the lease pool, which does not
+    // wait for the disk, so the lock a notifying commit holds is brief.
+    announce_messages(connection, target.queue_id).await
 }
 
 pub(super) async fn message_insert_batch(
