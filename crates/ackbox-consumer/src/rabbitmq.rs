@@ -180,18 +180,16 @@ impl RabbitMqQueue {
         declare(channel, &self.name, work).await
     }
 
-    /// Declares the retry queue of `delay`'s tier, whose expired messages
-    /// go back to the work queue.
+    /// Declares retry queue `name`, whose expired messages go back to the
+    /// work queue.
     async fn declare_retry_queue(
         &self,
         channel: &Channel,
-        delay: Duration,
-    ) -> Result<String, TransportError> {
-        let name = self.retry_queue(delay);
+        name: &str,
+    ) -> Result<(), TransportError> {
         let mut retry = self.quorum();
         route_dead_letters(&mut retry, &self.name);
-        declare(channel, &name, retry).await?;
-        Ok(name)
+        declare(channel, name, retry).await
     }
 
     fn quorum(&self) -> FieldTable {
@@ -401,11 +399,11 @@ impl RabbitMqTransport {
     ) -> Result<String, TransportError> {
         let queue = &self.inner.queue;
         let tier = retry_tier_ms(delay);
-        if self.retry_tiers().contains(&tier) {
-            return Ok(queue.retry_queue(delay));
+        let name = queue.retry_queue_of_tier(tier);
+        if !self.retry_tiers().contains(&tier) {
+            queue.declare_retry_queue(&link.publisher, &name).await?;
+            self.retry_tiers().insert(tier);
         }
-        let name = queue.declare_retry_queue(&link.publisher, delay).await?;
-        self.retry_tiers().insert(tier);
         Ok(name)
     }
 
