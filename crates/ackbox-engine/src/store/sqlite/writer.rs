@@ -2,7 +2,11 @@
 //!
 //! Every mutation is a [`Job`] pushed onto a bounded queue. Whoever holds the
 //! committer role takes all queued jobs (up to [`MAX_JOBS_PER_COMMIT`]), runs
-//! each inside its own savepoint of one transaction and commits. In
+//! them in one transaction and commits. A job that fails must leave no trace
+//! while its group mates' changes stay: a job that fails before changing a
+//! row leaves none, and when one fails after changing rows the transaction
+//! is rolled back and the group runs again with a savepoint per job (which
+//! costs a copy of every page each job touches, so it is not the rule). In
 //! [`Durability::Fsync`] mode it then hands the group to the flusher thread,
 //! which fsyncs the WAL and only then completes every job of every group
 //! committed before that fsync began. A caller is therefore never told "done"
@@ -86,12 +90,64 @@ pub(crate) enum Commit {
 
 /// Called once the job's transaction has committed (`true`) or failed (`false`).
 type Completion = Box<dyn FnOnce(bool) + Send>;
-/// A mutation: runs SQL and says whether it succeeded (its savepoint is kept)
-/// or failed (its savepoint is rolled back), plus how to answer its caller.
-type Job = Box<dyn FnOnce(&Connection) -> (bool, Completion) + Send>;
+
+/// How running a group's jobs went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ran {
+    /// Every job ran; this many succeeded (the others changed nothing).
+    Completed { succeeded: usize },
+    /// A job failed after changing rows, which only a rollback undoes.
+    FailedAfterWriting,
+    /// The group cannot commit: a job panicked or the transaction is gone.
+    Abandoned,
+}
+
+/// A mutation waiting for its group commit. It can run twice: first beside
+/// the rest of its group, and again in a savepoint of its own when a group
+/// mate failed after writing (see [`Committer::commit`]).
+trait Job: Send {
+    /// Runs the mutation and keeps its result; `true` if it succeeded.
+    fn run(&mut self, connection: &Connection) -> bool;
+    /// How to answer the caller with the result of the last run.
+    fn into_completion(self: Box<Self>) -> Completion;
+}
+
+/// A caller's mutation and the channel its answer goes back on.
+struct Submitted<T, F> {
+    work: F,
+    result: Option<Result<T, StoreError>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> Job for Submitted<T, F>
+where
+    T: Send + 'static,
+    F: FnMut(&Connection) -> Result<T, StoreError> + Send,
+{
+    fn run(&mut self, connection: &Connection) -> bool {
+        let result = (self.work)(connection);
+        let succeeded = result.is_ok();
+        self.result = Some(result);
+        succeeded
+    }
+
+    fn into_completion(self: Box<Self>) -> Completion {
+        let Self { result, reply, .. } = *self;
+        Box::new(move |committed| {
+            let outcome = match result {
+                Some(result) if committed => result,
+                _ => Err(StoreError::Unavailable {
+                    reason: "the write transaction failed to commit",
+                }),
+            };
+            // The caller may have gone away (request cancelled); the write stands.
+            let _ = reply.send(outcome);
+        })
+    }
+}
 
 struct Pending {
-    job: Job,
+    job: Box<dyn Job>,
     commit: Commit,
     /// Released when the writer takes the job, making room for another.
     _slot: OwnedSemaphorePermit,
@@ -298,7 +354,7 @@ impl Writer {
     pub(crate) async fn submit<T, F>(&self, commit: Commit, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         self.enqueue(commit, Committed::WhereSubmitted, work).await
     }
@@ -314,7 +370,7 @@ impl Writer {
     ) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         self.enqueue(commit, Committed::OnWriterThread, work).await
     }
@@ -327,7 +383,7 @@ impl Writer {
     ) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+        F: FnMut(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let slot =
             Arc::clone(&self.slots)
@@ -337,21 +393,10 @@ impl Writer {
                     reason: "the store is closed",
                 })?;
         let (reply, answer) = oneshot::channel();
-        let job: Job = Box::new(move |connection| {
-            let result = work(connection);
-            let succeeded = result.is_ok();
-            let completion: Completion = Box::new(move |committed| {
-                let outcome = if committed {
-                    result
-                } else {
-                    Err(StoreError::Unavailable {
-                        reason: "the write transaction failed to commit",
-                    })
-                };
-                // The caller may have gone away (request cancelled); the write stands.
-                let _ = reply.send(outcome);
-            });
-            (succeeded, completion)
+        let job = Box::new(Submitted {
+            work,
+            result: None,
+            reply,
         });
         let commits_itself = {
             let mut queue = self.shared.jobs.lock().expect("writer queue lock poisoned");
@@ -655,82 +700,56 @@ impl Committer {
         let durable = batch
             .iter()
             .any(|pending| pending.commit == Commit::Durable);
+        // Taking the jobs frees their queue slots.
+        let mut group: Vec<Box<dyn Job>> = batch.into_iter().map(|pending| pending.job).collect();
         if let Err(error) = self.execute("BEGIN IMMEDIATE") {
             // Dropping the jobs unrun drops their reply channels: every caller
             // hears "unavailable" and nothing is acknowledged.
-            tracing::error!(%error, jobs = batch.len(), "could not begin a write transaction");
+            tracing::error!(%error, jobs, "could not begin a write transaction");
             return;
         }
-        let mut completions = Vec::with_capacity(batch.len());
-        let mut abandon = false;
-        // A job alone in its group needs no savepoint: the transaction is
-        // one. Savepoints are not free: SQLite copies each page a job first
-        // touches into the statement journal, in case it rolls back.
-        let alone = jobs == 1;
-        let mut failed_alone = false;
-        for pending in batch {
-            // After a failure, the remaining jobs are dropped unrun, which
-            // answers their callers "unavailable".
-            if abandon {
-                continue;
-            }
-            if !alone && let Err(error) = self.execute("SAVEPOINT job") {
-                tracing::error!(%error, "could not open a savepoint; abandoning the group");
-                abandon = true;
-                continue;
-            }
-            let job = pending.job;
-            let outcome =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&self.connection)));
-            let Ok((succeeded, completion)) = outcome else {
-                tracing::error!("a store job panicked; abandoning the group");
-                abandon = true;
-                continue;
-            };
-            completions.push(completion);
-            let closed = if alone {
-                failed_alone = !succeeded;
-                Ok(())
-            } else if succeeded {
-                self.execute("RELEASE job")
-            } else {
-                self.execute("ROLLBACK TO job")
-                    .and_then(|()| self.execute("RELEASE job"))
-            };
-            if let Err(error) = closed {
-                tracing::error!(%error, "savepoint handling failed; abandoning the group");
-                abandon = true;
-            }
-            // SQLite rolls a whole transaction back on some errors (disk full,
-            // I/O); no further job may then run outside the transaction.
-            if self.connection.is_autocommit() {
-                tracing::error!(
-                    "the write transaction was rolled back by SQLite; abandoning the group"
-                );
-                abandon = true;
-            }
-        }
-        if abandon {
-            if !self.connection.is_autocommit()
-                && let Err(error) = self.execute("ROLLBACK")
+        let mut ran = self.run_together(&mut group);
+        if ran == Ran::FailedAfterWriting {
+            // Only a savepoint per job can undo one job alone; the group runs
+            // again, each job in its own.
+            ran = match self
+                .execute("ROLLBACK")
+                .and_then(|()| self.execute("BEGIN IMMEDIATE"))
             {
-                tracing::error!(%error, "rollback of an abandoned group failed");
-            }
-            for complete in completions {
-                complete(false);
-            }
-            return;
+                Ok(()) => self.run_isolated(&mut group),
+                Err(error) => {
+                    tracing::error!(%error, "could not restart the group's transaction");
+                    Ran::Abandoned
+                }
+            };
         }
-        if failed_alone {
-            // Nothing of the job stays, and its caller hears its own error.
-            if let Err(error) = self.execute("ROLLBACK") {
-                tracing::error!(%error, "rollback of a failed job failed");
+        let answer = |group: Vec<Box<dyn Job>>, committed: bool| {
+            for job in group {
+                job.into_completion()(committed);
             }
-            for complete in completions {
-                complete(true);
+        };
+        match ran {
+            Ran::Abandoned | Ran::FailedAfterWriting => {
+                if !self.connection.is_autocommit()
+                    && let Err(error) = self.execute("ROLLBACK")
+                {
+                    tracing::error!(%error, "rollback of an abandoned group failed");
+                }
+                answer(group, false);
+                return;
             }
-            return;
+            Ran::Completed { succeeded: 0 } => {
+                // Nothing of the group stays, and each caller hears its own error.
+                if let Err(error) = self.execute("ROLLBACK") {
+                    tracing::error!(%error, "rollback of a failed group failed");
+                }
+                answer(group, true);
+                return;
+            }
+            Ran::Completed { .. } => {}
         }
+        let completions: Vec<Completion> =
+            group.into_iter().map(|job| job.into_completion()).collect();
         let committed = match self.execute("COMMIT") {
             Ok(()) => {
                 metrics::histogram!("ackbox_store_commit_seconds").record(started.elapsed());
@@ -774,6 +793,75 @@ impl Committer {
                 }
             }
         }
+    }
+
+    /// Runs every job of the group in the open transaction, without
+    /// savepoints. SQLite copies each page a savepoint's job first touches
+    /// into the statement journal, in case it rolls back: a job per request,
+    /// each touching the same hot pages, paid that copy again and again.
+    /// A job that fails before changing a row needs nothing undone; one that
+    /// fails after changing rows stops the run ([`Ran::FailedAfterWriting`]).
+    fn run_together(&self, group: &mut [Box<dyn Job>]) -> Ran {
+        let mut succeeded = 0;
+        for job in group {
+            let changes_before = self.connection.total_changes();
+            let Some(ok) = self.run_guarded(job) else {
+                return Ran::Abandoned;
+            };
+            if ok {
+                succeeded += 1;
+            } else if self.connection.total_changes() != changes_before {
+                return Ran::FailedAfterWriting;
+            }
+        }
+        Ran::Completed { succeeded }
+    }
+
+    /// Runs every job of the group in a savepoint of its own, so that a
+    /// failed job's changes are undone and its group mates' kept.
+    fn run_isolated(&self, group: &mut [Box<dyn Job>]) -> Ran {
+        let mut succeeded = 0;
+        for job in group {
+            if let Err(error) = self.execute("SAVEPOINT job") {
+                tracing::error!(%error, "could not open a savepoint; abandoning the group");
+                return Ran::Abandoned;
+            }
+            let Some(ok) = self.run_guarded(job) else {
+                return Ran::Abandoned;
+            };
+            let closed = if ok {
+                succeeded += 1;
+                self.execute("RELEASE job")
+            } else {
+                self.execute("ROLLBACK TO job")
+                    .and_then(|()| self.execute("RELEASE job"))
+            };
+            if let Err(error) = closed {
+                tracing::error!(%error, "savepoint handling failed; abandoning the group");
+                return Ran::Abandoned;
+            }
+        }
+        Ran::Completed { succeeded }
+    }
+
+    /// Runs one job: whether it succeeded, or `None` when the group cannot
+    /// go on (the job panicked, or SQLite rolled the transaction back).
+    fn run_guarded(&self, job: &mut Box<dyn Job>) -> Option<bool> {
+        let outcome =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(&self.connection)));
+        let Ok(succeeded) = outcome else {
+            tracing::error!("a store job panicked; abandoning the group");
+            return None;
+        };
+        // SQLite rolls a whole transaction back on some errors (disk full,
+        // I/O); no further job may then run outside the transaction.
+        if self.connection.is_autocommit() {
+            tracing::error!(
+                "the write transaction was rolled back by SQLite; abandoning the group"
+            );
+            return None;
+        }
+        Some(succeeded)
     }
 
     /// Returns one step of free pages to the file system when no job waits
@@ -989,6 +1077,84 @@ mod tests {
             .unwrap();
         writer.close();
         assert_eq!(count(&dir), 1, "the failed job's row was rolled back");
+    }
+
+    fn values(dir: &tempfile::TempDir) -> Vec<i64> {
+        let connection = Connection::open(dir.path().join("db.sqlite")).unwrap();
+        let mut select = connection.prepare("SELECT v FROM t ORDER BY v").unwrap();
+        select
+            .query_map([], |row| row.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    /// A job that inserts `value`, counting its runs; it fails with "refused"
+    /// after its insert when `fails_after_writing`, before it when `fails_before_writing`.
+    fn counted_insert(
+        runs: &Arc<std::sync::atomic::AtomicUsize>,
+        value: i64,
+        fails_before_writing: bool,
+        fails_after_writing: bool,
+    ) -> impl FnMut(&Connection) -> Result<i64, StoreError> + Send + 'static {
+        let runs = Arc::clone(runs);
+        move |connection| {
+            runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let refused = || StoreError::Corrupt {
+                detail: format!("refused {value}"),
+            };
+            if fails_before_writing {
+                return Err(refused());
+            }
+            insert_value(connection, value)?;
+            if fails_after_writing {
+                return Err(refused());
+            }
+            Ok(value)
+        }
+    }
+
+    // One task submits all three, so they form one group: the first takes
+    // the committer role and yields, the others queue behind it.
+    #[tokio::test]
+    async fn a_job_failing_after_writing_is_undone_alone_and_its_group_mates_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = open_writer(&dir, Durability::Fsync);
+        let runs = Arc::default();
+        let (first, failing, last) = tokio::join!(
+            writer.submit(Commit::Durable, counted_insert(&runs, 1, false, false)),
+            writer.submit(Commit::Durable, counted_insert(&runs, 2, false, true)),
+            writer.submit(Commit::Lazy, counted_insert(&runs, 3, false, false)),
+        );
+        writer.close();
+        assert_eq!((first.unwrap(), last.unwrap()), (1, 3));
+        assert!(
+            matches!(&failing, Err(StoreError::Corrupt { detail }) if detail == "refused 2"),
+            "{failing:?}"
+        );
+        assert_eq!(values(&dir), [1, 3], "the failed job's row stays out");
+        // Two ran before the failure was seen, then all three in savepoints.
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 5);
+    }
+
+    #[tokio::test]
+    async fn a_job_refused_before_writing_does_not_make_its_group_run_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = open_writer(&dir, Durability::Fsync);
+        let runs = Arc::default();
+        let (first, refused, last) = tokio::join!(
+            writer.submit(Commit::Durable, counted_insert(&runs, 1, false, false)),
+            writer.submit(Commit::Durable, counted_insert(&runs, 2, true, false)),
+            writer.submit(Commit::Durable, counted_insert(&runs, 3, false, false)),
+        );
+        writer.close();
+        assert_eq!((first.unwrap(), last.unwrap()), (1, 3));
+        assert!(
+            matches!(&refused, Err(StoreError::Corrupt { detail }) if detail == "refused 2"),
+            "{refused:?}"
+        );
+        assert_eq!(values(&dir), [1, 3]);
+        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 3);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
