@@ -1089,13 +1089,19 @@ mod tests {
             .unwrap()
     }
 
-    /// A job that inserts `value`, counting its runs; it fails with "refused"
-    /// after its insert when `fails_after_writing`, before it when `fails_before_writing`.
+    /// Where a job refuses, relative to its write.
+    #[derive(Debug, Clone, Copy)]
+    enum Refusal {
+        BeforeWriting,
+        AfterWriting,
+    }
+
+    /// A job that inserts `value`, counting its runs, and fails with
+    /// "refused VALUE" where `refusal` says.
     fn counted_insert(
         runs: &Arc<std::sync::atomic::AtomicUsize>,
         value: i64,
-        fails_before_writing: bool,
-        fails_after_writing: bool,
+        refusal: Option<Refusal>,
     ) -> impl FnMut(&Connection) -> Result<i64, StoreError> + Send + 'static {
         let runs = Arc::clone(runs);
         move |connection| {
@@ -1103,49 +1109,30 @@ mod tests {
             let refused = || StoreError::Corrupt {
                 detail: format!("refused {value}"),
             };
-            if fails_before_writing {
+            if let Some(Refusal::BeforeWriting) = refusal {
                 return Err(refused());
             }
             insert_value(connection, value)?;
-            if fails_after_writing {
+            if let Some(Refusal::AfterWriting) = refusal {
                 return Err(refused());
             }
             Ok(value)
         }
     }
 
-    // One task submits all three, so they form one group: the first takes
-    // the committer role and yields, the others queue behind it.
-    #[tokio::test]
-    async fn a_job_failing_after_writing_is_undone_alone_and_its_group_mates_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        let writer = open_writer(&dir, Durability::Fsync);
-        let runs = Arc::default();
-        let (first, failing, last) = tokio::join!(
-            writer.submit(Commit::Durable, counted_insert(&runs, 1, false, false)),
-            writer.submit(Commit::Durable, counted_insert(&runs, 2, false, true)),
-            writer.submit(Commit::Lazy, counted_insert(&runs, 3, false, false)),
-        );
-        writer.close();
-        assert_eq!((first.unwrap(), last.unwrap()), (1, 3));
-        assert!(
-            matches!(&failing, Err(StoreError::Corrupt { detail }) if detail == "refused 2"),
-            "{failing:?}"
-        );
-        assert_eq!(values(&dir), [1, 3], "the failed job's row stays out");
-        // Two ran before the failure was seen, then all three in savepoints.
-        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 5);
-    }
-
-    #[tokio::test]
-    async fn a_job_refused_before_writing_does_not_make_its_group_run_again() {
+    /// Commits one group of three inserts (1, 2, 3) whose middle one is
+    /// refused where `refusal` says, and checks that each caller heard its
+    /// own outcome. One task submits all three, so they form one group: the
+    /// first takes the committer role and yields, the others queue behind
+    /// it. Returns the values stored and how many times the jobs ran.
+    async fn group_with_a_refused_middle(refusal: Refusal) -> (Vec<i64>, usize) {
         let dir = tempfile::tempdir().unwrap();
         let writer = open_writer(&dir, Durability::Fsync);
         let runs = Arc::default();
         let (first, refused, last) = tokio::join!(
-            writer.submit(Commit::Durable, counted_insert(&runs, 1, false, false)),
-            writer.submit(Commit::Durable, counted_insert(&runs, 2, true, false)),
-            writer.submit(Commit::Durable, counted_insert(&runs, 3, false, false)),
+            writer.submit(Commit::Durable, counted_insert(&runs, 1, None)),
+            writer.submit(Commit::Durable, counted_insert(&runs, 2, Some(refusal))),
+            writer.submit(Commit::Lazy, counted_insert(&runs, 3, None)),
         );
         writer.close();
         assert_eq!((first.unwrap(), last.unwrap()), (1, 3));
@@ -1153,8 +1140,24 @@ mod tests {
             matches!(&refused, Err(StoreError::Corrupt { detail }) if detail == "refused 2"),
             "{refused:?}"
         );
-        assert_eq!(values(&dir), [1, 3]);
-        assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 3);
+        (values(&dir), runs.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    #[tokio::test]
+    async fn a_job_failing_after_writing_is_undone_alone_and_its_group_mates_commit() {
+        // Two ran before the failure was seen, then all three in savepoints.
+        assert_eq!(
+            group_with_a_refused_middle(Refusal::AfterWriting).await,
+            (vec![1, 3], 5)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_job_refused_before_writing_does_not_make_its_group_run_again() {
+        assert_eq!(
+            group_with_a_refused_middle(Refusal::BeforeWriting).await,
+            (vec![1, 3], 3)
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
