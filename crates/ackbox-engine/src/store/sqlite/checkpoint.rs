@@ -15,7 +15,6 @@
 //! said "due" at every poll, and a trickle of writes was checkpointed ten
 //! times a second (two fsyncs each, and the same hot pages copied each time).
 
-use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
@@ -23,6 +22,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rusqlite::Connection;
+
+use super::later_file::LaterFile;
 
 /// Checkpoint once the WAL holds this many bytes not yet copied: as much as
 /// the writer's backstop (`wal_autocheckpoint` in `mod.rs`), which thus
@@ -44,25 +45,18 @@ const FRAME_HEADER_BYTES: u64 = 24;
 /// order: the page size (`u16`, 1 meaning 65,536) at byte 14, the last
 /// valid frame (`mxFrame`, `u32`) at 16, the frames already copied into
 /// the database (`nBackfill`, `u32`) at 96.
-struct WalIndex {
-    path: PathBuf,
-    /// Opened on first use: the file appears with the first WAL access.
-    file: Option<File>,
-}
+struct WalIndex(LaterFile);
 
 impl WalIndex {
     fn new(path: PathBuf) -> Self {
-        Self { path, file: None }
+        Self(LaterFile::new(path))
     }
 
     /// Bytes of WAL frames that a checkpoint would copy now; 0 when the
     /// index cannot be read.
     fn bytes_to_copy(&mut self) -> u64 {
-        if self.file.is_none() {
-            self.file = File::open(&self.path).ok();
-        }
         let mut header = [0u8; 100];
-        let Some(file) = &self.file else {
+        let Ok(Some(file)) = self.0.get() else {
             return 0;
         };
         if file.read_exact_at(&mut header, 0).is_err() {

@@ -23,6 +23,7 @@ use crate::store::{
 
 mod checkpoint;
 mod fifo;
+mod later_file;
 mod migrate;
 mod mutation;
 mod writer;

@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
+use super::later_file::LaterFile;
 use crate::store::StoreError;
 
 /// Jobs committed together at most; bounds the latency one commit adds.
@@ -477,41 +478,27 @@ impl Drop for Writer {
 /// happened before the next fsync, which a freshly opened one would not.
 /// SQLite removes the WAL only when its last connection closes, after
 /// every fsync.
-struct WalFile {
-    path: PathBuf,
-    /// Opened on the first fsync; the WAL appears with the first write.
-    file: Option<std::fs::File>,
-}
+struct WalFile(LaterFile);
 
 impl WalFile {
     fn new(path: PathBuf) -> Self {
-        Self { path, file: None }
+        Self(LaterFile::new(path))
     }
 
     fn display(&self) -> std::path::Display<'_> {
-        self.path.display()
+        self.0.path().display()
     }
 
+    /// Syncs the WAL; nothing to sync while it does not exist.
     fn sync(&mut self) -> std::io::Result<()> {
         let started = Instant::now();
         let synced = self
-            .open()
+            .0
+            .get()
             .and_then(|wal| wal.map_or(Ok(()), std::fs::File::sync_data));
         // The floor under every durable write's latency: the disk's, not ours.
         metrics::histogram!("ackbox_store_fsync_seconds").record(started.elapsed());
         synced
-    }
-
-    /// The open WAL, or `None` while it does not exist (nothing to sync).
-    fn open(&mut self) -> std::io::Result<Option<&std::fs::File>> {
-        if self.file.is_none() {
-            match std::fs::File::open(&self.path) {
-                Ok(file) => self.file = Some(file),
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                Err(error) => return Err(error),
-            }
-        }
-        Ok(self.file.as_ref())
     }
 }
 
