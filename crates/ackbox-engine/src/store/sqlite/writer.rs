@@ -695,21 +695,10 @@ impl Committer {
             tracing::error!(%error, jobs, "could not begin a write transaction");
             return;
         }
-        let mut ran = self.run_together(&mut group);
-        if ran == Ran::FailedAfterWriting {
-            // Only a savepoint per job can undo one job alone; the group runs
-            // again, each job in its own.
-            ran = match self
-                .execute("ROLLBACK")
-                .and_then(|()| self.execute("BEGIN IMMEDIATE"))
-            {
-                Ok(()) => self.run_isolated(&mut group),
-                Err(error) => {
-                    tracing::error!(%error, "could not restart the group's transaction");
-                    Ran::Abandoned
-                }
-            };
-        }
+        let ran = match self.run_together(&mut group) {
+            Ran::FailedAfterWriting => self.run_again_isolated(&mut group),
+            ran => ran,
+        };
         let answer = |group: Vec<Box<dyn Job>>, committed: bool| {
             for job in group {
                 job.into_completion()(committed);
@@ -804,9 +793,17 @@ impl Committer {
         Ran::Completed { succeeded }
     }
 
-    /// Runs every job of the group in a savepoint of its own, so that a
-    /// failed job's changes are undone and its group mates' kept.
-    fn run_isolated(&self, group: &mut [Box<dyn Job>]) -> Ran {
+    /// Rolls back what the group did together and runs every job again in a
+    /// savepoint of its own, so that a failed job's changes are undone and
+    /// its group mates' kept: only a savepoint can undo one job alone.
+    fn run_again_isolated(&self, group: &mut [Box<dyn Job>]) -> Ran {
+        if let Err(error) = self
+            .execute("ROLLBACK")
+            .and_then(|()| self.execute("BEGIN IMMEDIATE"))
+        {
+            tracing::error!(%error, "could not restart the group's transaction");
+            return Ran::Abandoned;
+        }
         let mut succeeded = 0;
         for job in group {
             if let Err(error) = self.execute("SAVEPOINT job") {
