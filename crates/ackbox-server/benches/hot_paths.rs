@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::hint::black_box;
 
-use ackbox_core::digest::md5_of_attributes;
+use ackbox_core::digest::{md5_of_attributes, md5_of_body};
 use ackbox_core::message::{MessageAttributeValue, MessageAttributes};
 use ackbox_core::receipt::{ReceiptClaims, ReceiptKey};
 use ackbox_server::action::{Action, receive_message, send_message_batch};
@@ -139,6 +139,10 @@ fn digests_and_handles(c: &mut Criterion) {
     let mut group = c.benchmark_group("per message");
     group.throughput(Throughput::Elements(1));
     let attributes = attributes();
+    let body = "x".repeat(256);
+    group.bench_function("MD5 of a 256-byte body", |b| {
+        b.iter(|| md5_of_body(black_box(&body)));
+    });
     group.bench_function("MD5 of 3 message attributes", |b| {
         b.iter(|| md5_of_attributes(black_box(&attributes)));
     });
