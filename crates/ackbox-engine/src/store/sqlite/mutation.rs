@@ -353,6 +353,9 @@ pub(crate) fn message_insert_batch(
     let fifo = fifo::queue_kind(connection, params.queue_id)?.ok_or(StoreError::QueueNotFound {
         queue_id: params.queue_id,
     })?;
+    if !fifo && !params.messages.is_empty() {
+        return insert_standard_batch(connection, params);
+    }
     let mut insert = connection
         .prepare_cached(
             "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
@@ -421,6 +424,66 @@ pub(crate) fn message_insert_batch(
             message_id: message.message_id.clone(),
             duplicate: false,
         });
+    }
+    Ok(inserted)
+}
+
+/// Rows one `INSERT` of [`insert_standard_batch`] carries: an SQS batch.
+const ROWS_PER_INSERT: usize = 10;
+
+/// A standard queue's batch as one multi-row `INSERT` per ten messages:
+/// `AUTOINCREMENT` reads and writes `sqlite_sequence` once per statement, not
+/// once per message. SQLite inserts the rows in the order of `VALUES`, each
+/// under the largest sequence number so far plus one, so a statement's
+/// numbers are its last one's and the ones consecutively below it.
+fn insert_standard_batch(
+    connection: &Connection,
+    params: &MessageInsertParams,
+) -> Result<Vec<InsertedMessage>, StoreError> {
+    let mut inserted = Vec::with_capacity(params.messages.len());
+    for chunk in params.messages.chunks(ROWS_PER_INSERT) {
+        let mut insert = connection
+            .prepare_cached(&format!(
+                "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
+                     md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at)
+                 VALUES {}",
+                vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ")
+            ))
+            .map_err(database_error("message_insert_batch: prepare rows"))?;
+        let attributes: Vec<Option<String>> = chunk
+            .iter()
+            .map(|message| (!message.attributes.is_empty()).then(|| to_json(&message.attributes)))
+            .collect();
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 11);
+        for (message, attributes) in chunk.iter().zip(&attributes) {
+            values.extend_from_slice(&[
+                &params.queue_id,
+                &message.message_id,
+                &message.body,
+                attributes,
+                &message.md5_of_body,
+                &message.md5_of_attributes,
+                &message.trace_header,
+                &message.group_id,
+                &message.sender_id,
+                &message.sent_at,
+                &message.visible_at,
+            ]);
+        }
+        insert
+            .execute(values.as_slice())
+            .map_err(database_error("message_insert_batch: insert rows"))?;
+        let first = connection.last_insert_rowid() - (chunk.len() as i64 - 1);
+        inserted.extend(
+            chunk
+                .iter()
+                .zip(first..)
+                .map(|(message, seq)| InsertedMessage {
+                    seq,
+                    message_id: message.message_id.clone(),
+                    duplicate: false,
+                }),
+        );
     }
     Ok(inserted)
 }
