@@ -15,9 +15,10 @@ use crate::store::{
     FailureRecord, InsertedMessage, LeftBehind, MessageChangeVisibilityParams, MessageDeleteParams,
     MessageExpireParams, MessageInsertParams, MessageNackParams, MessagePeekParams,
     MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord,
-    MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams,
-    QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueUpdateParams,
-    ReceiveOutcome, StoreError, StoredMessage, UNFINISHED_PURGE_SQL, from_json, to_json,
+    MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, NewMessage, QueueCreateOutcome,
+    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
+    QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage, UNFINISHED_PURGE_SQL, from_json,
+    to_json,
 };
 
 /// Most messages one receive expires or dead-letters; later receives and the
@@ -353,20 +354,59 @@ pub(crate) fn message_insert_batch(
     let fifo = fifo::queue_kind(connection, params.queue_id)?.ok_or(StoreError::QueueNotFound {
         queue_id: params.queue_id,
     })?;
-    if !fifo && !params.messages.is_empty() {
-        return insert_standard_batch(connection, params);
+    if fifo {
+        insert_fifo_batch(connection, params)
+    } else {
+        insert_standard_batch(connection, params)
     }
+}
+
+/// The columns a send fills, but for `dedup_id` (FIFO only); in the order of
+/// [`row_values`].
+const INSERTED_COLUMNS: &str = "queue_id, message_id, body, attributes, md5_of_body,
+     md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at";
+
+/// A message's attributes as stored: JSON, or NULL when it has none.
+fn attributes_json(message: &NewMessage) -> Option<String> {
+    (!message.attributes.is_empty()).then(|| to_json(&message.attributes))
+}
+
+/// The values of [`INSERTED_COLUMNS`] for one message.
+fn row_values<'a>(
+    queue_id: &'a i64,
+    message: &'a NewMessage,
+    attributes_json: &'a Option<String>,
+) -> [&'a dyn rusqlite::ToSql; 11] {
+    [
+        queue_id,
+        &message.message_id,
+        &message.body,
+        attributes_json,
+        &message.md5_of_body,
+        &message.md5_of_attributes,
+        &message.trace_header,
+        &message.group_id,
+        &message.sender_id,
+        &message.sent_at,
+        &message.visible_at,
+    ]
+}
+
+/// A FIFO queue's batch, a statement per message: each one's deduplication
+/// and group change between the rows.
+fn insert_fifo_batch(
+    connection: &Connection,
+    params: &MessageInsertParams,
+) -> Result<Vec<InsertedMessage>, StoreError> {
     let mut insert = connection
-        .prepare_cached(
-            "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
-                 md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at,
-                 dedup_id)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
-        )
+        .prepare_cached(&format!(
+            "INSERT INTO messages ({INSERTED_COLUMNS}, dedup_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+        ))
         .map_err(database_error("message_insert_batch: prepare"))?;
     let mut inserted = Vec::with_capacity(params.messages.len());
     for message in &params.messages {
-        let deduplication = message.deduplication.as_ref().filter(|_| fifo);
+        let deduplication = message.deduplication.as_ref();
         if let Some(deduplication) = deduplication
             && let Some((seq, message_id)) = fifo::remembered(
                 connection,
@@ -382,22 +422,12 @@ pub(crate) fn message_insert_batch(
             });
             continue;
         }
-        let attributes = (!message.attributes.is_empty()).then(|| to_json(&message.attributes));
+        let attributes = attributes_json(message);
+        let dedup_id = deduplication.map(|deduplication| &deduplication.id);
+        let mut values = row_values(&params.queue_id, message, &attributes).to_vec();
+        values.push(&dedup_id);
         insert
-            .execute(params![
-                params.queue_id,
-                message.message_id,
-                message.body,
-                attributes,
-                message.md5_of_body,
-                message.md5_of_attributes,
-                message.trace_header,
-                message.group_id,
-                message.sender_id,
-                message.sent_at,
-                message.visible_at,
-                deduplication.map(|deduplication| &deduplication.id),
-            ])
+            .execute(values.as_slice())
             .map_err(database_error("message_insert_batch: insert"))?;
         let seq = connection.last_insert_rowid();
         if let Some(deduplication) = deduplication {
@@ -410,7 +440,7 @@ pub(crate) fn message_insert_batch(
                 message.sent_at,
             )?;
         }
-        if fifo && let Some(group_id) = &message.group_id {
+        if let Some(group_id) = &message.group_id {
             fifo::group_arrival(
                 connection,
                 params.queue_id,
@@ -444,32 +474,16 @@ fn insert_standard_batch(
     for chunk in params.messages.chunks(ROWS_PER_INSERT) {
         let mut insert = connection
             .prepare_cached(&format!(
-                "INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
-                     md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at)
-                 VALUES {}",
+                "INSERT INTO messages ({INSERTED_COLUMNS}) VALUES {}",
                 vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ")
             ))
             .map_err(database_error("message_insert_batch: prepare rows"))?;
-        let attributes: Vec<Option<String>> = chunk
+        let attributes: Vec<Option<String>> = chunk.iter().map(attributes_json).collect();
+        let values: Vec<&dyn rusqlite::ToSql> = chunk
             .iter()
-            .map(|message| (!message.attributes.is_empty()).then(|| to_json(&message.attributes)))
+            .zip(&attributes)
+            .flat_map(|(message, attributes)| row_values(&params.queue_id, message, attributes))
             .collect();
-        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(chunk.len() * 11);
-        for (message, attributes) in chunk.iter().zip(&attributes) {
-            values.extend_from_slice(&[
-                &params.queue_id,
-                &message.message_id,
-                &message.body,
-                attributes,
-                &message.md5_of_body,
-                &message.md5_of_attributes,
-                &message.trace_header,
-                &message.group_id,
-                &message.sender_id,
-                &message.sent_at,
-                &message.visible_at,
-            ]);
-        }
         insert
             .execute(values.as_slice())
             .map_err(database_error("message_insert_batch: insert rows"))?;
