@@ -5,9 +5,10 @@
 //! request behind a multi-megabyte copy and a database fsync. A PASSIVE
 //! checkpoint on a separate connection takes no write lock, so the writer
 //! keeps committing while it copies. Under steady writes a passive checkpoint
-//! never catches the last frames, so the WAL could not restart; the writer's
-//! own auto-checkpoint stays on as a backstop at a larger size, and finds
-//! almost everything already copied, so its stall is short.
+//! never catches the last frames, so the WAL could not restart; the writer
+//! thread checkpoints on the writer connection as a backstop
+//! (`BACKSTOP_CHECKPOINT_FRAMES` in `writer.rs`), and finds much already
+//! copied, so its stall is shorter.
 //!
 //! What is due is read from the WAL index, not from the WAL file's size:
 //! after a checkpoint SQLite writes the WAL again from its start and never
@@ -26,8 +27,8 @@ use rusqlite::Connection;
 use super::later_file::LaterFile;
 
 /// Checkpoint once the WAL holds this many bytes not yet copied: as much as
-/// the writer's backstop (`wal_autocheckpoint` in `mod.rs`), which thus
-/// often fires first, at the commit that crosses it. A checkpoint copies
+/// the writer's backstop (`BACKSTOP_CHECKPOINT_FRAMES` in `writer.rs`),
+/// which thus often fires first, after the commit that crosses it. A checkpoint copies
 /// each page once however often it was written since the last one, and the
 /// same few hot pages take most writes: at 8 MiB (a quarter of the
 /// backstop) checkpoints came four times as often, each with a database

@@ -139,15 +139,15 @@ impl SqliteStore {
         keep_free_pages_reclaimable(&writer_connection, &path)?;
         // synchronous=NORMAL: COMMIT does not fsync; the writer fsyncs the
         // WAL itself for groups that need it (see writer.rs). Checkpoints
-        // still sync the WAL before copying it and the database after.
+        // still sync the WAL before copying it and the database after. The
+        // writer replaces SQLite's auto-checkpoint with its own (writer.rs).
         writer_connection
             .execute_batch(
                 "PRAGMA journal_mode = WAL;
                  PRAGMA synchronous = NORMAL;
                  PRAGMA foreign_keys = OFF;
                  PRAGMA temp_store = MEMORY;
-                 PRAGMA cache_size = -8192;
-                 PRAGMA wal_autocheckpoint = 8192;",
+                 PRAGMA cache_size = -8192;",
             )
             .map_err(database_error("configure writer connection"))?;
         migrate::migrate(&mut writer_connection)?;
