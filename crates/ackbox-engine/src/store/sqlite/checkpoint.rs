@@ -28,12 +28,12 @@ use super::later_file::LaterFile;
 
 /// Checkpoint once the WAL holds this many bytes not yet copied: as much as
 /// the writer's backstop (`BACKSTOP_CHECKPOINT_FRAMES` in `writer.rs`),
-/// which thus often fires first, after the commit that crosses it. A checkpoint copies
-/// each page once however often it was written since the last one, and the
-/// same few hot pages take most writes: at 8 MiB (a quarter of the
-/// backstop) checkpoints came four times as often, each with a database
-/// fsync beside the commits' WAL fsyncs, and W1's and W2's p99 were twice
-/// as long (README, performance).
+/// which thus often fires first, after the commit that crosses it. A
+/// checkpoint copies each page once however often it was written since the
+/// last one, and the same few hot pages take most writes: at 8 MiB (a
+/// quarter of the backstop) checkpoints came four times as often, each with
+/// a database fsync beside the commits' WAL fsyncs, and W1's and W2's p99
+/// were twice as long (README, performance).
 const CHECKPOINT_AT_BYTES: u64 = 32 * 1_048_576;
 /// How often the WAL index is looked at.
 const POLL_INTERVAL: Duration = Duration::from_millis(100);
