@@ -608,10 +608,11 @@ impl Engine {
     }
 
     /// PurgeQueue: deletes every message, at most once per 60 seconds. A
-    /// standard queue deeper than [`PURGE_AT_ONCE`] loses the rest of what
-    /// was sent before the purge to the sweeper, within seconds, as SQS
-    /// allows ("may take up to 60 seconds"); receives meanwhile may still
-    /// return some of them.
+    /// queue deeper than [`PURGE_AT_ONCE`] loses the rest of what was sent
+    /// before the purge to the sweeper, within seconds, as SQS allows ("may
+    /// take up to 60 seconds"); receives meanwhile may still return some of
+    /// them (on a FIFO queue, in group order). A FIFO queue's deduplication
+    /// window is cleared at once.
     pub async fn purge_queue(&self, name: &QueueName) -> Result<Purge, EngineError> {
         let queue = self.queue(name).await?;
         let now = self.now();
@@ -639,7 +640,8 @@ impl Engine {
     }
 }
 
-/// Messages a purge deletes in its own transaction (see [`Engine::purge_queue`]).
+/// Rows (messages, then a FIFO queue's deduplication ids) a purge deletes in
+/// its own transaction (see [`Engine::purge_queue`]).
 pub const PURGE_AT_ONCE: u32 = 10_000;
 
 /// What a purge did.

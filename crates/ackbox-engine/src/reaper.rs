@@ -73,7 +73,8 @@ impl Engine {
     }
 
     /// Drops messages that deleted queues and purges of deep queues left
-    /// behind, a bounded number of chunks per sweep; returns how many.
+    /// behind (and the deduplication ids a FIFO queue's purge voided), a
+    /// bounded number of chunks per sweep; returns how many rows.
     pub(crate) async fn sweep_left_behind(&self) -> u64 {
         let mut total = 0;
         for _ in 0..LEFT_BEHIND_CHUNKS_PER_SWEEP {

@@ -1579,34 +1579,14 @@ async fn a_purge_deeper_than_one_transaction_empties_the_queue_within_seconds_an
     let client = server.client();
     let url = create(&client, "deep").await;
     let total = ackbox_engine::PURGE_AT_ONCE as usize + 1_500;
-    let mut senders = tokio::task::JoinSet::new();
-    for sender in 0..8 {
-        let (client, url) = (client.clone(), url.clone());
-        senders.spawn(async move {
-            for batch in (sender * 10..total).step_by(80) {
-                let entries = (batch..(batch + 10).min(total))
-                    .map(|index| {
-                        SendMessageBatchRequestEntry::builder()
-                            .id(format!("m{index}"))
-                            .message_body(format!("before {index}"))
-                            .build()
-                            .unwrap()
-                    })
-                    .collect();
-                let sent = client
-                    .send_message_batch()
-                    .queue_url(&url)
-                    .set_entries(Some(entries))
-                    .send()
-                    .await
-                    .unwrap();
-                assert!(sent.failed().is_empty());
-            }
-        });
-    }
-    while let Some(done) = senders.join_next().await {
-        done.unwrap();
-    }
+    ackbox_testkit::client::send_numbered(&client, &url, total, |index| {
+        SendMessageBatchRequestEntry::builder()
+            .id(format!("m{index}"))
+            .message_body(format!("before {index}"))
+            .build()
+            .unwrap()
+    })
+    .await;
     let depth = || queue_depth(&client, &url);
     assert_eq!(depth().await, total);
     client.purge_queue().queue_url(&url).send().await.unwrap();

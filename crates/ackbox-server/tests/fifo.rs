@@ -739,3 +739,43 @@ async fn fifo_order_and_the_dedup_window_survive_a_restart() {
     }
     assert!(receive(&client, &url, 10, 60).await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purge_deeper_than_one_transaction_clears_the_window_at_once_and_sweeps_the_rest() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let url = create_fifo(&client, "deep.fifo", &[]).await;
+    let total = ackbox_engine::PURGE_AT_ONCE as usize + 1_500;
+    ackbox_testkit::client::send_numbered(&client, &url, total, |index| {
+        SendMessageBatchRequestEntry::builder()
+            .id(format!("m{index}"))
+            .message_body(format!("before {index}"))
+            .message_group_id(format!("g{}", index % 4))
+            .message_deduplication_id(format!("m{index}"))
+            .build()
+            .unwrap()
+    })
+    .await;
+    let depth = || ackbox_testkit::client::queue_depth(&client, &url);
+    assert_eq!(depth().await, total);
+    client.purge_queue().queue_url(&url).send().await.unwrap();
+    // The purge cleared the window: an id first sent before it, its entry
+    // not swept yet, is a new message.
+    let after = send(&client, &url, "after", "g0", "m0").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while depth().await > 1 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(depth().await, 1, "the sweeper finished the purge");
+    let received = receive(&client, &url, 10, 30).await;
+    assert_eq!(
+        bodies(&received),
+        ["after"],
+        "a send after the purge is kept"
+    );
+    assert_eq!(
+        send(&client, &url, "after (retried)", "g0", "m0").await,
+        after,
+        "the window holds what was sent after the purge"
+    );
+}

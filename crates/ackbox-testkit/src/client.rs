@@ -368,3 +368,40 @@ pub async fn receive_bodies(client: &Client, url: &str) -> Vec<String> {
         .map(|message| message.body().expect("a body").to_owned())
         .collect()
 }
+
+/// Sends messages `0..total` to a queue in batches of ten, eight batches in
+/// flight at once (a deep queue in a second or two); `entry` builds the
+/// batch entry of message `index`.
+///
+/// # Panics
+/// When a batch or any of its entries fails.
+pub async fn send_numbered<F>(client: &Client, url: &str, total: usize, entry: F)
+where
+    F: Fn(usize) -> aws_sdk_sqs::types::SendMessageBatchRequestEntry + Send + Sync + 'static,
+{
+    const SENDERS: usize = 8;
+    const BATCH: usize = 10;
+    let entry = std::sync::Arc::new(entry);
+    let mut senders = tokio::task::JoinSet::new();
+    for sender in 0..SENDERS {
+        let (client, url, entry) = (client.clone(), url.to_owned(), entry.clone());
+        senders.spawn(async move {
+            for first in (sender * BATCH..total).step_by(SENDERS * BATCH) {
+                let entries = (first..(first + BATCH).min(total))
+                    .map(|index| entry(index))
+                    .collect();
+                let sent = client
+                    .send_message_batch()
+                    .queue_url(&url)
+                    .set_entries(Some(entries))
+                    .send()
+                    .await
+                    .expect("SendMessageBatch succeeds");
+                assert!(sent.failed().is_empty(), "{:?}", sent.failed());
+            }
+        });
+    }
+    while let Some(done) = senders.join_next().await {
+        done.expect("a sender finishes");
+    }
+}

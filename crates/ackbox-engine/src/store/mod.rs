@@ -114,12 +114,29 @@ pub(crate) const DELETED_QUEUE_WITH_MESSAGES_SQL: &str = "
 pub(crate) const UNFINISHED_PURGE_SQL: &str =
     "SELECT id, purged_through_seq FROM queues WHERE purged_through_seq IS NOT NULL LIMIT 1";
 
+/// What one step of a purge dropped: the purge's own transaction, or one
+/// of the sweeper's.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct PurgeStep {
+    /// Messages sent before the purge.
+    pub(crate) messages: u64,
+    /// Deduplication ids of a FIFO queue first sent before the purge.
+    pub(crate) window_entries: u64,
+}
+
+impl PurgeStep {
+    pub(crate) fn rows(self) -> u64 {
+        self.messages + self.window_entries
+    }
+}
+
 /// What the sweeper drops next.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum LeftBehind {
     /// Every message of this deleted queue.
     DeletedQueue(i64),
-    /// This queue's messages up to this sequence number.
+    /// This queue's messages up to this sequence number (and, on a FIFO
+    /// queue, the deduplication ids first sent up to it).
     Purged { queue_id: i64, through_seq: i64 },
 }
 
@@ -230,10 +247,9 @@ pub struct QueuePurgeParams {
     pub now: Timestamp,
     /// A purge at or after this instant means a purge is still in progress.
     pub purged_after: Timestamp,
-    /// Most messages of a standard queue deleted in the purge's own
-    /// transaction; the rest are marked and left to the sweeper
-    /// ([`Store::message_sweep_left_behind`]). FIFO queues are emptied at
-    /// once, since their groups must agree with their messages.
+    /// Most rows deleted in the purge's own transaction (messages, then a
+    /// FIFO queue's deduplication ids); the rest are marked and left to the
+    /// sweeper ([`Store::message_sweep_left_behind`]).
     pub delete_at_once: u32,
 }
 
@@ -788,8 +804,9 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Forgets FIFO deduplication ids and receive attempts recorded at or
     /// before `before`; returns how many.
     async fn fifo_window_expire(&self, before: Timestamp) -> Result<u64, StoreError>;
-    /// Drops up to `limit` messages that deleted queues, or purges of deep
-    /// queues, left behind; returns how many. `queue_delete` and
+    /// Drops up to `limit` rows that deleted queues, or purges of deep
+    /// queues, left behind (messages, and the deduplication ids a FIFO
+    /// queue's purge voided); returns how many. `queue_delete` and
     /// `queue_purge` leave them so that emptying a queue of millions does
     /// not hold every other queue's writes behind it.
     async fn message_sweep_left_behind(&self, limit: u32) -> Result<u64, StoreError>;

@@ -1225,6 +1225,86 @@ pub async fn a_deep_purge_leaves_the_rest_to_the_sweep_and_spares_later_sends(fi
     assert_eq!(store.message_sweep_left_behind(10).await.unwrap(), 0);
 }
 
+pub async fn a_deep_fifo_purge_clears_the_window_at_once_and_the_rest_through_the_sweep(
+    fixture: Fixture,
+) {
+    let store = fixture.store.as_ref();
+    let deep = create_fifo(store, "deep.fifo").await;
+    let other = create_fifo(store, "other.fifo").await;
+    let group = |n: usize| if n.is_multiple_of(2) { "a" } else { "b" };
+    let old: Vec<NewMessage> = (0..12)
+        .map(|n| fifo_message(&format!("old{n}"), group(n), T0))
+        .collect();
+    insert(store, deep, old).await;
+    insert(store, other, vec![fifo_message("old0", "a", T0)]).await;
+    assert_eq!(
+        store
+            .queue_purge(QueuePurgeParams {
+                queue_id: deep,
+                now: T0,
+                purged_after: T0 - 60_000,
+                delete_at_once: 5,
+            })
+            .await
+            .unwrap(),
+        QueuePurgeOutcome::Purged {
+            deleted: 5,
+            more: true
+        },
+        "a deep FIFO queue is not emptied in the purge's own transaction"
+    );
+    // The window is clear at once, though its entries wait for the sweep:
+    // an id first sent before the purge is a new message now.
+    let resent = insert_at(
+        store,
+        deep,
+        vec![
+            fifo_message("old11", "b", T0 + 1),
+            fifo_message("new", "a", T0 + 1),
+        ],
+        T0 + 1,
+    )
+    .await;
+    assert_eq!(duplicates(&resent), [false, false]);
+    // Until swept, the purge's leftovers still count.
+    assert_eq!(stats(store, deep, T0 + 1).await.visible, 9);
+    let swept = sweep_until_done(store, 4).await;
+    assert_eq!(
+        swept.iter().sum::<u64>(),
+        7 + 11,
+        "7 messages and the 11 ids not sent again: {swept:?}"
+    );
+    let received = store
+        .message_receive(receive_params(deep, T0 + 2, 10, 1_000))
+        .await
+        .unwrap();
+    let mut left = bodies(&received);
+    left.sort_unstable();
+    assert_eq!(left, ["new", "old11"], "messages sent after the purge stay");
+    // Ids sent after the purge still deduplicate; the other queue's window
+    // and messages are untouched.
+    let again = insert_at(
+        store,
+        deep,
+        vec![
+            fifo_message("new", "a", T0 + 3),
+            fifo_message("old3", "b", T0 + 3),
+        ],
+        T0 + 3,
+    )
+    .await;
+    assert_eq!(duplicates(&again), [true, false]);
+    let elsewhere = insert_at(
+        store,
+        other,
+        vec![fifo_message("old0", "a", T0 + 3)],
+        T0 + 3,
+    )
+    .await;
+    assert!(elsewhere[0].duplicate);
+    assert_eq!(stats(store, other, T0 + 3).await.visible, 1);
+}
+
 pub async fn stats_split_visible_in_flight_and_delayed(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let id = create(store, "q", T0).await;
@@ -1286,6 +1366,11 @@ fn fifo_message(body: &str, group: &str, now: i64) -> NewMessage {
         }),
         ..message(body, now, now)
     }
+}
+
+/// Which sends of a batch the deduplication window answered.
+fn duplicates(inserted: &[InsertedMessage]) -> Vec<bool> {
+    inserted.iter().map(|inserted| inserted.duplicate).collect()
 }
 
 fn bodies(outcome: &ReceiveOutcome) -> Vec<&str> {
@@ -1536,13 +1621,7 @@ pub async fn fifo_deduplication_returns_the_first_send_within_the_window(fixture
         later + 3,
     )
     .await;
-    assert_eq!(
-        outcomes
-            .iter()
-            .map(|outcome| outcome.duplicate)
-            .collect::<Vec<_>>(),
-        [false, false, true]
-    );
+    assert_eq!(duplicates(&outcomes), [false, false, true]);
 }
 
 pub async fn fifo_delete_needs_a_running_lease(fixture: Fixture) {
@@ -1707,6 +1786,7 @@ macro_rules! store_conformance {
             deleted_queue_names_are_held_for_the_cooldown,
             deleted_queues_leave_their_messages_to_a_chunked_sweep,
             a_deep_purge_leaves_the_rest_to_the_sweep_and_spares_later_sends,
+            a_deep_fifo_purge_clears_the_window_at_once_and_the_rest_through_the_sweep,
             queue_updates_persist,
             receive_leases_oldest_first_and_counts_receives,
             a_batch_stores_each_message_under_the_sequence_number_it_reports,

@@ -119,7 +119,9 @@ pub(super) async fn insert_batch(
         if let Some(deduplication) = &message.deduplication {
             let remembered: Option<(i64, String)> = sqlx::query_as(
                 "SELECT seq, message_id FROM fifo_dedup
-                 WHERE queue_id = $1 AND scope = $2 AND dedup_id = $3 AND sent_at > $4",
+                 WHERE queue_id = $1 AND scope = $2 AND dedup_id = $3 AND sent_at > $4
+                   AND seq > COALESCE(
+                       (SELECT purged_through_seq FROM queues WHERE id = $1), 0)",
             )
             .bind(params.queue_id)
             .bind(&deduplication.scope)
@@ -278,7 +280,7 @@ pub(super) async fn window_expire(
     Ok(forgotten)
 }
 
-/// Forgets a queue's groups, deduplication window and receive attempts.
+/// Forgets a deleted queue's groups, deduplication window and receive attempts.
 pub(super) async fn forget_queue(
     connection: &mut PgConnection,
     queue_id: i64,
@@ -292,10 +294,6 @@ pub(super) async fn forget_queue(
             "DELETE FROM fifo_dedup WHERE queue_id = $1",
             "fifo: forget dedup",
         ),
-        (
-            "DELETE FROM receive_attempts WHERE queue_id = $1",
-            "fifo: forget attempts",
-        ),
     ] {
         sqlx::query(sql)
             .bind(queue_id)
@@ -303,7 +301,43 @@ pub(super) async fn forget_queue(
             .await
             .map_err(postgres_error(operation))?;
     }
-    Ok(())
+    forget_attempts(connection, queue_id).await
+}
+
+/// Forgets what a queue's receives with a `ReceiveRequestAttemptId`
+/// returned (DeleteQueue, PurgeQueue: their messages are gone).
+pub(super) async fn forget_attempts(
+    connection: &mut PgConnection,
+    queue_id: i64,
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM receive_attempts WHERE queue_id = $1")
+        .bind(queue_id)
+        .execute(connection)
+        .await
+        .map(drop)
+        .map_err(postgres_error("fifo: forget attempts"))
+}
+
+/// Forgets up to `limit` deduplication ids of `queue_id` first sent at or
+/// before a purge's `through_seq` (see the embedded store).
+pub(super) async fn forget_window_through(
+    connection: &mut PgConnection,
+    queue_id: i64,
+    through_seq: i64,
+    limit: u32,
+) -> Result<u64, StoreError> {
+    sqlx::query(
+        "DELETE FROM fifo_dedup WHERE (queue_id, scope, dedup_id) IN (
+             SELECT queue_id, scope, dedup_id FROM fifo_dedup
+             WHERE queue_id = $1 AND seq <= $2 LIMIT $3)",
+    )
+    .bind(queue_id)
+    .bind(through_seq)
+    .bind(i64::from(limit))
+    .execute(connection)
+    .await
+    .map(|done| done.rows_affected())
+    .map_err(postgres_error("fifo: forget purged window"))
 }
 
 /// One leased message of a recorded attempt: `[seq, receive_count, visible_at]`.

@@ -16,9 +16,10 @@ use crate::store::{
     MessageDeleteParams, MessageExpireParams, MessageInsertParams, MessageNackParams,
     MessagePeekParams, MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome,
     MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams,
-    NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome,
-    QueuePurgeParams, QueueRecord, QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome,
-    StoreError, StoredMessage, UNFINISHED_PURGE_SQL, from_json, to_json,
+    NackOutcome, PurgeStep, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams,
+    QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueStats, QueueStatsParams,
+    QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage, UNFINISHED_PURGE_SQL, from_json,
+    to_json,
 };
 
 /// Most messages one receive expires or dead-letters (as on the embedded store).
@@ -248,55 +249,112 @@ pub(super) async fn queue_purge(
     if last_purged_at.is_some_and(|at| at >= params.purged_after) {
         return Ok(QueuePurgeOutcome::InProgress);
     }
-    let (deleted, through_seq) = if fifo {
+    if fifo {
         fifo::lock_queue(connection, params.queue_id).await?;
-        let deleted = sqlx::query("DELETE FROM messages WHERE queue_id = $1")
-            .bind(params.queue_id)
-            .execute(&mut *connection)
-            .await
-            .map_err(postgres_error("queue_purge: messages"))?
-            .rows_affected();
-        fifo::forget_queue(connection, params.queue_id).await?;
-        (deleted, None)
-    } else {
-        // A send not yet committed may hold a lower sequence number and be
-        // swept with the rest; SQS allows that of sends during a purge.
-        let through_seq: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM messages")
-            .fetch_one(&mut *connection)
-            .await
-            .map_err(postgres_error("queue_purge: newest message"))?;
-        let deleted = sqlx::query(
-            "DELETE FROM messages WHERE seq IN (
-                 SELECT seq FROM messages WHERE queue_id = $1
-                 LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        )
-        .bind(params.queue_id)
-        .bind(i64::from(params.delete_at_once))
-        .execute(&mut *connection)
-        .await
-        .map_err(postgres_error("queue_purge: messages"))?
-        .rows_affected();
-        let more: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM messages WHERE queue_id = $1 AND seq <= $2)",
-        )
-        .bind(params.queue_id)
-        .bind(through_seq)
+        fifo::forget_attempts(connection, params.queue_id).await?;
+    }
+    // A send not yet committed may hold a lower sequence number and be
+    // swept with the rest; SQS allows that of sends during a purge. (Not on
+    // a FIFO queue: its sends wait for the lock this purge holds.)
+    let through_seq: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM messages")
         .fetch_one(&mut *connection)
         .await
-        .map_err(postgres_error("queue_purge: what is left"))?;
-        (deleted, more.then_some(through_seq))
-    };
+        .map_err(postgres_error("queue_purge: newest message"))?;
+    let step = drop_purged(
+        connection,
+        params.queue_id,
+        through_seq,
+        fifo,
+        params.delete_at_once,
+    )
+    .await?;
+    let more = step.rows() >= u64::from(params.delete_at_once)
+        && purge_left(connection, params.queue_id, through_seq).await?;
     sqlx::query("UPDATE queues SET last_purged_at = $2, purged_through_seq = $3 WHERE id = $1")
         .bind(params.queue_id)
         .bind(params.now)
-        .bind(through_seq)
+        .bind(more.then_some(through_seq))
         .execute(&mut *connection)
         .await
         .map_err(postgres_error("queue_purge: mark"))?;
     Ok(QueuePurgeOutcome::Purged {
-        deleted,
-        more: through_seq.is_some(),
+        deleted: step.messages,
+        more,
     })
+}
+
+/// Drops up to `limit` rows that a purge through `through_seq` covers in
+/// `queue_id`: its messages first, refreshing the FIFO groups they leave
+/// (under the queue's lock), then the deduplication ids first sent before it.
+async fn drop_purged(
+    connection: &mut PgConnection,
+    queue_id: i64,
+    through_seq: i64,
+    fifo: bool,
+    limit: u32,
+) -> Result<PurgeStep, StoreError> {
+    // SKIP LOCKED: nodes sweeping at once take different rows, and a row a
+    // receive holds is left for the next step.
+    const PURGED_MESSAGES: &str = "DELETE FROM messages WHERE seq IN (
+         SELECT seq FROM messages WHERE queue_id = $1 AND seq <= $2
+         LIMIT $3 FOR UPDATE SKIP LOCKED)";
+    if !fifo {
+        let messages = sqlx::query(PURGED_MESSAGES)
+            .bind(queue_id)
+            .bind(through_seq)
+            .bind(i64::from(limit))
+            .execute(&mut *connection)
+            .await
+            .map_err(postgres_error("purge: messages"))?
+            .rows_affected();
+        return Ok(PurgeStep {
+            messages,
+            window_entries: 0,
+        });
+    }
+    fifo::lock_queue(connection, queue_id).await?;
+    let groups: Vec<Option<String>> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "{PURGED_MESSAGES} RETURNING group_id"
+    )))
+    .bind(queue_id)
+    .bind(through_seq)
+    .bind(i64::from(limit))
+    .fetch_all(&mut *connection)
+    .await
+    .map_err(postgres_error("purge: fifo messages"))?;
+    let mut touched = TouchedGroups::default();
+    for group_id in &groups {
+        touched.touch(queue_id, group_id.as_deref());
+    }
+    touched.refresh(connection).await?;
+    let messages = groups.len() as u32;
+    let window_entries = if messages < limit {
+        fifo::forget_window_through(connection, queue_id, through_seq, limit - messages).await?
+    } else {
+        0
+    };
+    Ok(PurgeStep {
+        messages: u64::from(messages),
+        window_entries,
+    })
+}
+
+/// Whether a purge through `through_seq` left messages or deduplication ids
+/// of `queue_id` behind.
+async fn purge_left(
+    connection: &mut PgConnection,
+    queue_id: i64,
+    through_seq: i64,
+) -> Result<bool, StoreError> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM messages WHERE queue_id = $1 AND seq <= $2)
+             OR EXISTS (SELECT 1 FROM fifo_dedup WHERE queue_id = $1 AND seq <= $2)",
+    )
+    .bind(queue_id)
+    .bind(through_seq)
+    .fetch_one(connection)
+    .await
+    .map_err(postgres_error("purge: what is left"))
 }
 
 pub(super) async fn queue_stats(
@@ -1483,10 +1541,9 @@ pub(super) async fn move_task_cancel(
     move_task_get(connection, handle).await
 }
 
-/// Drops up to `limit` messages that a deleted queue, or else an unfinished
-/// purge, left behind; a purge whose last messages go loses its mark. A
-/// deleted queue's FIFO state went with it, and only standard queues are
-/// purged this way, so no group needs a refresh.
+/// Drops up to `limit` rows that a deleted queue, or else an unfinished
+/// purge, left behind; a purge whose last messages and deduplication ids go
+/// loses its mark. A deleted queue's FIFO state went with it.
 pub(super) async fn message_sweep_left_behind(
     connection: &mut PgConnection,
     limit: u32,
@@ -1495,42 +1552,37 @@ pub(super) async fn message_sweep_left_behind(
         .fetch_optional(&mut *connection)
         .await
         .map_err(postgres_error("left_behind: deleted queues"))?;
-    // A deleted queue's messages go whole; a purge's up to its mark.
-    let (queue_id, purged_through) = match deleted_queue {
-        Some(queue_id) => (queue_id, None),
-        None => {
-            let purge: Option<(i64, i64)> = sqlx::query_as(UNFINISHED_PURGE_SQL)
-                .fetch_optional(&mut *connection)
-                .await
-                .map_err(postgres_error("left_behind: purges"))?;
-            let Some((queue_id, through_seq)) = purge else {
-                return Ok(0);
-            };
-            (queue_id, Some(through_seq))
-        }
+    if let Some(queue_id) = deleted_queue {
+        // SKIP LOCKED: nodes sweeping at once take different rows.
+        return sqlx::query(
+            "DELETE FROM messages WHERE seq IN (
+                 SELECT seq FROM messages WHERE queue_id = $1
+                 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+        )
+        .bind(queue_id)
+        .bind(i64::from(limit))
+        .execute(&mut *connection)
+        .await
+        .map(|done| done.rows_affected())
+        .map_err(postgres_error("sweep: deleted queue"));
+    }
+    let purge: Option<(i64, i64)> = sqlx::query_as(UNFINISHED_PURGE_SQL)
+        .fetch_optional(&mut *connection)
+        .await
+        .map_err(postgres_error("left_behind: purges"))?;
+    let Some((queue_id, through_seq)) = purge else {
+        return Ok(0);
     };
-    // SKIP LOCKED: nodes sweeping at once take different rows.
-    let deleted = sqlx::query(
-        "DELETE FROM messages WHERE seq IN (
-             SELECT seq FROM messages WHERE queue_id = $1 AND seq <= $2
-             LIMIT $3 FOR UPDATE SKIP LOCKED)",
-    )
-    .bind(queue_id)
-    .bind(purged_through.unwrap_or(i64::MAX))
-    .bind(i64::from(limit))
-    .execute(&mut *connection)
-    .await
-    .map_err(postgres_error("sweep"))?
-    .rows_affected();
-    if let Some(through_seq) = purged_through
-        && deleted < u64::from(limit)
-    {
+    let fifo = queue_kind(connection, queue_id).await? == Some(true);
+    let step = drop_purged(connection, queue_id, through_seq, fifo, limit).await?;
+    if step.rows() < u64::from(limit) {
         // Only this purge's mark (a later purge's stays for its rest), and
         // only when no row was skipped because a receive held it.
         sqlx::query(
             "UPDATE queues SET purged_through_seq = NULL
              WHERE id = $1 AND purged_through_seq = $2
-               AND NOT EXISTS (SELECT 1 FROM messages WHERE queue_id = $1 AND seq <= $2)",
+               AND NOT EXISTS (SELECT 1 FROM messages WHERE queue_id = $1 AND seq <= $2)
+               AND NOT EXISTS (SELECT 1 FROM fifo_dedup WHERE queue_id = $1 AND seq <= $2)",
         )
         .bind(queue_id)
         .bind(through_seq)
@@ -1538,7 +1590,7 @@ pub(super) async fn message_sweep_left_behind(
         .await
         .map_err(postgres_error("sweep: purge mark"))?;
     }
-    Ok(deleted)
+    Ok(step.rows())
 }
 
 pub(super) async fn message_expire(

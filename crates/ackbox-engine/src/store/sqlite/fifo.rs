@@ -128,7 +128,9 @@ pub(crate) fn group_arrival(
 }
 
 /// The first send of `deduplication` inside the window, if any: its sequence
-/// number and message id.
+/// number and message id. A send before an unfinished purge does not count:
+/// the purge cleared the window, though the sweeper may not have dropped
+/// that entry yet.
 pub(crate) fn remembered(
     connection: &Connection,
     queue_id: i64,
@@ -138,7 +140,8 @@ pub(crate) fn remembered(
     connection
         .prepare_cached(
             "SELECT seq, message_id FROM fifo_dedup
-             WHERE queue_id = ?1 AND scope = ?2 AND dedup_id = ?3 AND sent_at > ?4",
+             WHERE queue_id = ?1 AND scope = ?2 AND dedup_id = ?3 AND sent_at > ?4
+               AND seq > COALESCE((SELECT purged_through_seq FROM queues WHERE id = ?1), 0)",
         )
         .and_then(|mut select| {
             select
@@ -186,13 +189,11 @@ pub(crate) fn remember(
         .map_err(database_error("fifo dedup: remember"))
 }
 
-/// Forgets a queue's groups, deduplication window and receive attempts
-/// (PurgeQueue and DeleteQueue; SQS clears the window on purge).
+/// Forgets a deleted queue's groups, deduplication window and receive attempts.
 pub(crate) fn forget_queue(connection: &Connection, queue_id: i64) -> Result<(), StoreError> {
     for (table, operation) in [
         ("fifo_groups", "fifo: forget groups"),
         ("fifo_dedup", "fifo: forget dedup"),
-        ("receive_attempts", "fifo: forget attempts"),
     ] {
         connection
             .execute(
@@ -201,7 +202,37 @@ pub(crate) fn forget_queue(connection: &Connection, queue_id: i64) -> Result<(),
             )
             .map_err(database_error(operation))?;
     }
-    Ok(())
+    forget_attempts(connection, queue_id)
+}
+
+/// Forgets what a queue's receives with a `ReceiveRequestAttemptId`
+/// returned (DeleteQueue, PurgeQueue: their messages are gone).
+pub(crate) fn forget_attempts(connection: &Connection, queue_id: i64) -> Result<(), StoreError> {
+    connection
+        .prepare_cached("DELETE FROM receive_attempts WHERE queue_id = ?1")
+        .and_then(|mut delete| delete.execute([queue_id]))
+        .map(drop)
+        .map_err(database_error("fifo: forget attempts"))
+}
+
+/// Forgets up to `limit` deduplication ids of `queue_id` first sent at or
+/// before a purge's `through_seq` (SQS clears the window on purge; a deep
+/// queue's window goes in chunks, as its messages do).
+pub(crate) fn forget_window_through(
+    connection: &Connection,
+    queue_id: i64,
+    through_seq: i64,
+    limit: u32,
+) -> Result<u64, StoreError> {
+    connection
+        .prepare_cached(
+            "DELETE FROM fifo_dedup WHERE (queue_id, scope, dedup_id) IN (
+                 SELECT queue_id, scope, dedup_id FROM fifo_dedup
+                 WHERE queue_id = ?1 AND seq <= ?2 LIMIT ?3)",
+        )
+        .and_then(|mut delete| delete.execute(params![queue_id, through_seq, limit]))
+        .map(|forgotten| forgotten as u64)
+        .map_err(database_error("fifo: forget purged window"))
 }
 
 /// Most window entries one sweep forgets, to keep write transactions short.

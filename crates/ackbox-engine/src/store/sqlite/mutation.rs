@@ -15,10 +15,10 @@ use crate::store::{
     FailureRecord, InsertedMessage, LeftBehind, MessageChangeVisibilityParams, MessageDeleteParams,
     MessageExpireParams, MessageInsertParams, MessageNackParams, MessagePeekParams,
     MessageReceiveParams, MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord,
-    MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, NewMessage, QueueCreateOutcome,
-    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
-    QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage, UNFINISHED_PURGE_SQL, from_json,
-    to_json,
+    MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, NewMessage, PurgeStep,
+    QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams,
+    QueueRecord, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage,
+    UNFINISHED_PURGE_SQL, from_json, to_json,
 };
 
 /// Most messages one receive expires or dead-letters; later receives and the
@@ -189,43 +189,80 @@ pub(crate) fn queue_purge(
     if last_purged_at.is_some_and(|at| at >= params.purged_after) {
         return Ok(QueuePurgeOutcome::InProgress);
     }
-    if fifo {
-        let deleted = connection
-            .execute(
-                "DELETE FROM messages WHERE queue_id = ?1",
-                [params.queue_id],
-            )
-            .map_err(database_error("queue_purge: messages"))?;
-        fifo::forget_queue(connection, params.queue_id)?;
-        mark_purged(connection, params, None)?;
-        return Ok(QueuePurgeOutcome::Purged {
-            deleted: deleted as u64,
-            more: false,
-        });
-    }
     let through_seq: i64 = connection
         .query_row("SELECT COALESCE(MAX(seq), 0) FROM messages", [], |row| {
             row.get(0)
         })
         .map_err(database_error("queue_purge: newest message"))?;
-    let deleted = connection
-        .execute(
-            "DELETE FROM messages WHERE seq IN (
-                 SELECT seq FROM messages WHERE queue_id = ?1 LIMIT ?2)",
-            params![params.queue_id, params.delete_at_once],
-        )
-        .map_err(database_error("queue_purge: messages"))?;
-    let more: bool = connection
-        .query_row(
-            "SELECT EXISTS (SELECT 1 FROM messages WHERE queue_id = ?1 AND seq <= ?2)",
-            params![params.queue_id, through_seq],
-            |row| row.get(0),
-        )
-        .map_err(database_error("queue_purge: what is left"))?;
+    if fifo {
+        fifo::forget_attempts(connection, params.queue_id)?;
+    }
+    let step = drop_purged(
+        connection,
+        params.queue_id,
+        through_seq,
+        fifo,
+        params.delete_at_once,
+    )?;
+    let more = step.rows() >= u64::from(params.delete_at_once)
+        && connection
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM messages WHERE queue_id = ?1 AND seq <= ?2)
+                     OR EXISTS (SELECT 1 FROM fifo_dedup WHERE queue_id = ?1 AND seq <= ?2)",
+            )
+            .and_then(|mut left| {
+                left.query_row(params![params.queue_id, through_seq], |row| row.get(0))
+            })
+            .map_err(database_error("queue_purge: what is left"))?;
     mark_purged(connection, params, more.then_some(through_seq))?;
     Ok(QueuePurgeOutcome::Purged {
-        deleted: deleted as u64,
+        deleted: step.messages,
         more,
+    })
+}
+
+/// Drops up to `limit` rows that a purge through `through_seq` covers in
+/// `queue_id`: its messages first, refreshing the FIFO groups they leave (a
+/// group's row must agree with its messages after every transaction), then
+/// the deduplication ids first sent before it.
+fn drop_purged(
+    connection: &Connection,
+    queue_id: i64,
+    through_seq: i64,
+    fifo: bool,
+    limit: u32,
+) -> Result<PurgeStep, StoreError> {
+    const PURGED_MESSAGES: &str = "DELETE FROM messages WHERE seq IN (
+         SELECT seq FROM messages WHERE queue_id = ?1 AND seq <= ?2 LIMIT ?3)";
+    let bind = params![queue_id, through_seq, limit];
+    if !fifo {
+        let messages = connection
+            .prepare_cached(PURGED_MESSAGES)
+            .and_then(|mut delete| delete.execute(bind))
+            .map_err(database_error("purge: messages"))?;
+        return Ok(PurgeStep {
+            messages: messages as u64,
+            window_entries: 0,
+        });
+    }
+    let groups: Vec<Option<String>> = connection
+        .prepare_cached(&format!("{PURGED_MESSAGES} RETURNING group_id"))
+        .and_then(|mut delete| delete.query_map(bind, |row| row.get(0))?.collect())
+        .map_err(database_error("purge: fifo messages"))?;
+    let mut touched = TouchedGroups::default();
+    for group_id in &groups {
+        touched.touch(queue_id, group_id.as_deref());
+    }
+    touched.refresh(connection)?;
+    let messages = groups.len() as u32;
+    let window_entries = if messages < limit {
+        fifo::forget_window_through(connection, queue_id, through_seq, limit - messages)?
+    } else {
+        0
+    };
+    Ok(PurgeStep {
+        messages: u64::from(messages),
+        window_entries,
     })
 }
 
@@ -1276,8 +1313,8 @@ pub(crate) fn left_behind(connection: &Connection) -> Result<Option<LeftBehind>,
 }
 
 /// Drops up to `limit` of what [`left_behind`] found; a purge whose last
-/// messages go loses its mark. A deleted queue's FIFO state went with it,
-/// and only standard queues are purged this way, so no group needs a refresh.
+/// messages and deduplication ids go loses its mark. A deleted queue's FIFO
+/// state went with it.
 pub(crate) fn message_sweep_left_behind(
     connection: &Connection,
     left_behind: LeftBehind,
@@ -1297,14 +1334,9 @@ pub(crate) fn message_sweep_left_behind(
             queue_id,
             through_seq,
         } => {
-            let deleted = connection
-                .prepare_cached(
-                    "DELETE FROM messages WHERE seq IN (
-                         SELECT seq FROM messages WHERE queue_id = ?1 AND seq <= ?2 LIMIT ?3)",
-                )
-                .and_then(|mut delete| delete.execute(params![queue_id, through_seq, limit]))
-                .map_err(database_error("sweep: purged queue"))?;
-            if deleted < limit as usize {
+            let fifo = fifo::queue_kind(connection, queue_id)? == Some(true);
+            let step = drop_purged(connection, queue_id, through_seq, fifo, limit)?;
+            if step.rows() < u64::from(limit) {
                 // Only this purge's mark: a later purge's stays for its rest.
                 connection
                     .prepare_cached(
@@ -1314,7 +1346,7 @@ pub(crate) fn message_sweep_left_behind(
                     .and_then(|mut update| update.execute(params![queue_id, through_seq]))
                     .map_err(database_error("sweep: purge mark"))?;
             }
-            Ok(deleted as u64)
+            Ok(step.rows())
         }
     }
 }
