@@ -1305,6 +1305,31 @@ pub async fn a_deep_fifo_purge_clears_the_window_at_once_and_the_rest_through_th
     assert_eq!(stats(store, other, T0 + 3).await.visible, 1);
 }
 
+pub async fn a_deleted_fifo_queue_leaves_its_messages_to_the_sweep_and_its_window_to_expire(
+    fixture: Fixture,
+) {
+    let store = fixture.store.as_ref();
+    let id = create_fifo(store, "gone.fifo").await;
+    let sent: Vec<NewMessage> = (0..12)
+        .map(|n| fifo_message(&format!("m{n}"), &format!("g{}", n % 3), T0))
+        .collect();
+    insert(store, id, sent).await;
+    assert!(
+        store
+            .queue_delete(QueueDeleteParams {
+                queue_id: id,
+                now: T0,
+            })
+            .await
+            .unwrap()
+    );
+    let swept = sweep_until_done(store, 5).await;
+    assert_eq!(swept, [5, 5, 2], "the messages, in chunks");
+    // DeleteQueue did not go through the window (five minutes of sends):
+    // its entries run out with it.
+    assert_eq!(store.fifo_window_expire(T0).await.unwrap(), 12);
+}
+
 pub async fn stats_split_visible_in_flight_and_delayed(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let id = create(store, "q", T0).await;
@@ -1787,6 +1812,7 @@ macro_rules! store_conformance {
             deleted_queues_leave_their_messages_to_a_chunked_sweep,
             a_deep_purge_leaves_the_rest_to_the_sweep_and_spares_later_sends,
             a_deep_fifo_purge_clears_the_window_at_once_and_the_rest_through_the_sweep,
+            a_deleted_fifo_queue_leaves_its_messages_to_the_sweep_and_its_window_to_expire,
             queue_updates_persist,
             receive_leases_oldest_first_and_counts_receives,
             a_batch_stores_each_message_under_the_sequence_number_it_reports,

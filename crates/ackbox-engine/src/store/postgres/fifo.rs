@@ -280,32 +280,31 @@ pub(super) async fn window_expire(
     Ok(forgotten)
 }
 
-/// Forgets a deleted queue's groups, deduplication window and receive attempts.
-pub(super) async fn forget_queue(
+/// Forgets the rows of a deleted queue's groups.
+pub(super) async fn forget_groups(
     connection: &mut PgConnection,
     queue_id: i64,
+    groups: impl IntoIterator<Item = String>,
 ) -> Result<(), StoreError> {
-    for (sql, operation) in [
-        (
-            "DELETE FROM fifo_groups WHERE queue_id = $1",
-            "fifo: forget groups",
-        ),
-        (
-            "DELETE FROM fifo_dedup WHERE queue_id = $1",
-            "fifo: forget dedup",
-        ),
-    ] {
-        sqlx::query(sql)
-            .bind(queue_id)
-            .execute(&mut *connection)
-            .await
-            .map_err(postgres_error(operation))?;
+    let groups: Vec<String> = groups
+        .into_iter()
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if groups.is_empty() {
+        return Ok(());
     }
-    forget_attempts(connection, queue_id).await
+    sqlx::query("DELETE FROM fifo_groups WHERE queue_id = $1 AND group_id = ANY($2)")
+        .bind(queue_id)
+        .bind(&groups)
+        .execute(connection)
+        .await
+        .map(drop)
+        .map_err(postgres_error("fifo: forget groups"))
 }
 
-/// Forgets what a queue's receives with a `ReceiveRequestAttemptId`
-/// returned (DeleteQueue, PurgeQueue: their messages are gone).
+/// Forgets what a purged queue's receives with a `ReceiveRequestAttemptId`
+/// returned: their messages are gone.
 pub(super) async fn forget_attempts(
     connection: &mut PgConnection,
     queue_id: i64,

@@ -210,9 +210,10 @@ pub(super) async fn queue_delete(
     let Some(name) = name else {
         return Ok(false);
     };
-    // The messages stay for the sweeper (`message_sweep_left_behind`): one
-    // statement deleting millions would hold this call for minutes.
-    fifo::forget_queue(connection, params.queue_id).await?;
+    // The messages, and a FIFO queue's groups, deduplication ids and receive
+    // attempts, stay for the sweepers (`message_sweep_left_behind`,
+    // `window_expire`): one statement deleting millions would hold this call
+    // for minutes. Ids are never reused, so nothing reaches them meanwhile.
     sqlx::query("DELETE FROM queues WHERE id = $1")
         .bind(params.queue_id)
         .execute(&mut *connection)
@@ -1543,7 +1544,9 @@ pub(super) async fn move_task_cancel(
 
 /// Drops up to `limit` rows that a deleted queue, or else an unfinished
 /// purge, left behind; a purge whose last messages and deduplication ids go
-/// loses its mark. A deleted queue's FIFO state went with it.
+/// loses its mark. A deleted FIFO queue's group rows go with the messages
+/// swept from them; its deduplication ids and receive attempts run out with
+/// their window.
 pub(super) async fn message_sweep_left_behind(
     connection: &mut PgConnection,
     limit: u32,
@@ -1554,17 +1557,20 @@ pub(super) async fn message_sweep_left_behind(
         .map_err(postgres_error("left_behind: deleted queues"))?;
     if let Some(queue_id) = deleted_queue {
         // SKIP LOCKED: nodes sweeping at once take different rows.
-        return sqlx::query(
+        let groups: Vec<Option<String>> = sqlx::query_scalar(
             "DELETE FROM messages WHERE seq IN (
                  SELECT seq FROM messages WHERE queue_id = $1
-                 LIMIT $2 FOR UPDATE SKIP LOCKED)",
+                 LIMIT $2 FOR UPDATE SKIP LOCKED)
+             RETURNING group_id",
         )
         .bind(queue_id)
         .bind(i64::from(limit))
-        .execute(&mut *connection)
+        .fetch_all(&mut *connection)
         .await
-        .map(|done| done.rows_affected())
-        .map_err(postgres_error("sweep: deleted queue"));
+        .map_err(postgres_error("sweep: deleted queue"))?;
+        let deleted = groups.len() as u64;
+        fifo::forget_groups(connection, queue_id, groups.into_iter().flatten()).await?;
+        return Ok(deleted);
     }
     let purge: Option<(i64, i64)> = sqlx::query_as(UNFINISHED_PURGE_SQL)
         .fetch_optional(&mut *connection)

@@ -189,24 +189,25 @@ pub(crate) fn remember(
         .map_err(database_error("fifo dedup: remember"))
 }
 
-/// Forgets a deleted queue's groups, deduplication window and receive attempts.
-pub(crate) fn forget_queue(connection: &Connection, queue_id: i64) -> Result<(), StoreError> {
-    for (table, operation) in [
-        ("fifo_groups", "fifo: forget groups"),
-        ("fifo_dedup", "fifo: forget dedup"),
-    ] {
-        connection
-            .execute(
-                &format!("DELETE FROM {table} WHERE queue_id = ?1"),
-                [queue_id],
-            )
-            .map_err(database_error(operation))?;
+/// Forgets the rows of a deleted queue's groups.
+pub(crate) fn forget_groups(
+    connection: &Connection,
+    queue_id: i64,
+    groups: impl IntoIterator<Item = String>,
+) -> Result<(), StoreError> {
+    let mut forget = connection
+        .prepare_cached("DELETE FROM fifo_groups WHERE queue_id = ?1 AND group_id = ?2")
+        .map_err(database_error("fifo: prepare forget group"))?;
+    for group_id in groups.into_iter().collect::<BTreeSet<_>>() {
+        forget
+            .execute(params![queue_id, group_id])
+            .map_err(database_error("fifo: forget group"))?;
     }
-    forget_attempts(connection, queue_id)
+    Ok(())
 }
 
-/// Forgets what a queue's receives with a `ReceiveRequestAttemptId`
-/// returned (DeleteQueue, PurgeQueue: their messages are gone).
+/// Forgets what a purged queue's receives with a `ReceiveRequestAttemptId`
+/// returned: their messages are gone.
 pub(crate) fn forget_attempts(connection: &Connection, queue_id: i64) -> Result<(), StoreError> {
     connection
         .prepare_cached("DELETE FROM receive_attempts WHERE queue_id = ?1")

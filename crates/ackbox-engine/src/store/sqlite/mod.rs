@@ -549,6 +549,72 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_deleted_fifo_queues_group_rows_go_with_the_messages_the_sweeper_drops() {
+        use crate::store::NewMessage;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), Durability::Fsync).unwrap();
+        let now = 1_700_000_000_000;
+        let QueueCreateOutcome::Created(queue) = store
+            .queue_create(QueueCreateParams {
+                name: "gone.fifo".to_owned(),
+                attributes: std::collections::BTreeMap::new(),
+                tags: std::collections::BTreeMap::new(),
+                now,
+                deleted_after: now - 60_000,
+                fifo: true,
+            })
+            .await
+            .unwrap()
+        else {
+            panic!("a new queue is created");
+        };
+        let messages = (0..12)
+            .map(|n| NewMessage {
+                message_id: format!("m{n}"),
+                body: format!("m{n}"),
+                attributes: Default::default(),
+                md5_of_body: "md5".to_owned(),
+                md5_of_attributes: None,
+                trace_header: None,
+                group_id: Some(format!("g{}", n % 3)),
+                sender_id: "sender".to_owned(),
+                sent_at: now,
+                visible_at: now,
+                deduplication: None,
+            })
+            .collect();
+        store
+            .message_insert_batch(MessageInsertParams {
+                queue_id: queue.id,
+                messages,
+                deduplication_window_start: now - 300_000,
+            })
+            .await
+            .unwrap();
+        store
+            .queue_delete(QueueDeleteParams {
+                queue_id: queue.id,
+                now,
+            })
+            .await
+            .unwrap();
+        let group_rows = || -> i64 {
+            Connection::open(dir.path().join(DATABASE_FILE))
+                .unwrap()
+                .query_row(
+                    "SELECT COUNT(*) FROM fifo_groups WHERE queue_id = ?1",
+                    [queue.id],
+                    |row| row.get(0),
+                )
+                .unwrap()
+        };
+        assert_eq!(group_rows(), 3, "DeleteQueue leaves them to the sweep");
+        while store.message_sweep_left_behind(5).await.unwrap() > 0 {}
+        assert_eq!(group_rows(), 0, "no group row outlives its messages");
+        store.close().await.unwrap();
+    }
+
+    #[tokio::test]
     async fn new_and_older_stores_return_free_pages() {
         let new = tempfile::tempdir().unwrap();
         open_and_close(new.path()).await;

@@ -155,9 +155,11 @@ pub(crate) fn queue_delete(
     let Some(name) = name else {
         return Ok(false);
     };
-    // The messages stay for the sweeper (`message_sweep_left_behind`): deleting
-    // millions here would hold every other queue's writes behind this one.
-    fifo::forget_queue(connection, params.queue_id)?;
+    // The messages, and a FIFO queue's groups, deduplication ids and receive
+    // attempts, stay for the sweepers (`message_sweep_left_behind`,
+    // `window_expire`): deleting millions here would hold every other
+    // queue's writes behind this one. Ids are never reused, so nothing
+    // reaches them meanwhile.
     connection
         .execute("DELETE FROM queues WHERE id = ?1", [params.queue_id])
         .map_err(database_error("queue_delete: queue"))?;
@@ -1313,23 +1315,34 @@ pub(crate) fn left_behind(connection: &Connection) -> Result<Option<LeftBehind>,
 }
 
 /// Drops up to `limit` of what [`left_behind`] found; a purge whose last
-/// messages and deduplication ids go loses its mark. A deleted queue's FIFO
-/// state went with it.
+/// messages and deduplication ids go loses its mark. A deleted FIFO queue's
+/// group rows go with the messages swept from them (every row names a
+/// non-empty group); its deduplication ids and receive attempts run out
+/// with their window.
 pub(crate) fn message_sweep_left_behind(
     connection: &Connection,
     left_behind: LeftBehind,
     limit: u32,
 ) -> Result<u64, StoreError> {
     match left_behind {
-        LeftBehind::DeletedQueue(queue_id) => connection
-            .prepare_cached(
-                "DELETE FROM messages WHERE seq IN (
-                     SELECT seq FROM messages WHERE queue_id = ?1 LIMIT ?2)
-                 AND NOT EXISTS (SELECT 1 FROM queues WHERE id = ?1)",
-            )
-            .and_then(|mut delete| delete.execute(params![queue_id, limit]))
-            .map(|deleted| deleted as u64)
-            .map_err(database_error("sweep: deleted queue")),
+        LeftBehind::DeletedQueue(queue_id) => {
+            let groups: Vec<Option<String>> = connection
+                .prepare_cached(
+                    "DELETE FROM messages WHERE seq IN (
+                         SELECT seq FROM messages WHERE queue_id = ?1 LIMIT ?2)
+                     AND NOT EXISTS (SELECT 1 FROM queues WHERE id = ?1)
+                     RETURNING group_id",
+                )
+                .and_then(|mut delete| {
+                    delete
+                        .query_map(params![queue_id, limit], |row| row.get(0))?
+                        .collect()
+                })
+                .map_err(database_error("sweep: deleted queue"))?;
+            let deleted = groups.len() as u64;
+            fifo::forget_groups(connection, queue_id, groups.into_iter().flatten())?;
+            Ok(deleted)
+        }
         LeftBehind::Purged {
             queue_id,
             through_seq,
