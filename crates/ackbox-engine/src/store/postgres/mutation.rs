@@ -269,8 +269,8 @@ pub(super) async fn queue_purge(
         params.delete_at_once,
     )
     .await?;
-    let more = step.rows() >= u64::from(params.delete_at_once)
-        && purge_left(connection, params.queue_id, through_seq).await?;
+    // Asked even after a short step: SKIP LOCKED may have left rows behind.
+    let more = purge_left(connection, params.queue_id, through_seq).await?;
     sqlx::query("UPDATE queues SET last_purged_at = $2, purged_through_seq = $3 WHERE id = $1")
         .bind(params.queue_id)
         .bind(params.now)
