@@ -116,7 +116,7 @@ pub(crate) const UNFINISHED_PURGE_SQL: &str =
 
 /// What one step of a purge dropped: the purge's own transaction, or one
 /// of the sweeper's.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct PurgeStep {
     /// Messages sent before the purge.
     pub(crate) messages: u64,

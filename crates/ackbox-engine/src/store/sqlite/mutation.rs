@@ -206,16 +206,15 @@ pub(crate) fn queue_purge(
         fifo,
         params.delete_at_once,
     )?;
-    let more = step.rows() >= u64::from(params.delete_at_once)
-        && connection
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM messages WHERE queue_id = ?1 AND seq <= ?2)
-                     OR EXISTS (SELECT 1 FROM fifo_dedup WHERE queue_id = ?1 AND seq <= ?2)",
-            )
-            .and_then(|mut left| {
-                left.query_row(params![params.queue_id, through_seq], |row| row.get(0))
-            })
-            .map_err(database_error("queue_purge: what is left"))?;
+    let more: bool = connection
+        .prepare_cached(
+            "SELECT EXISTS (SELECT 1 FROM messages WHERE queue_id = ?1 AND seq <= ?2)
+                 OR EXISTS (SELECT 1 FROM fifo_dedup WHERE queue_id = ?1 AND seq <= ?2)",
+        )
+        .and_then(|mut left| {
+            left.query_row(params![params.queue_id, through_seq], |row| row.get(0))
+        })
+        .map_err(database_error("queue_purge: what is left"))?;
     mark_purged(connection, params, more.then_some(through_seq))?;
     Ok(QueuePurgeOutcome::Purged {
         deleted: step.messages,
