@@ -1,0 +1,81 @@
+//! W1's shape against the log alone: 4 producers, each with one batch of 10
+//! 256 B sends in flight, every batch answered only after an `fdatasync`
+//! covers it. The time reported is per batch across all producers, so
+//! 10 ÷ it is the log's durable send rate on this disk — the ceiling a log
+//! store would give W1 before HTTP, JSON and the load generator take their
+//! share. `/var/tmp` is used rather than a tmpfs so the fsyncs reach a disk.
+#![allow(missing_docs)]
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ackbox_log::group_commit::{GroupCommit, GroupCommitOptions, Submission};
+use ackbox_log::log::{Log, LogOptions};
+use ackbox_log::record::{Record, SentMessage};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+const PRODUCERS: u64 = 4;
+const BATCH: u64 = 10;
+
+fn batch(first_seq: u64) -> Vec<Vec<u8>> {
+    (first_seq..first_seq + BATCH)
+        .map(|seq| {
+            Record::Sent(SentMessage {
+                queue: 1,
+                seq,
+                body: "x".repeat(256),
+                message_id: "0d6c8f2e-8a3b-4c7e-9a41-3b5f0e2d9c11".to_owned(),
+                md5_of_body: "4c2b1e8f0a9d7c6b5a4f3e2d1c0b9a88".to_owned(),
+                sender_id: "AIDAEXAMPLE".to_owned(),
+                ..SentMessage::default()
+            })
+            .to_bytes()
+        })
+        .collect()
+}
+
+fn durable_sends(criterion: &mut Criterion) {
+    let dir = tempfile::tempdir_in("/var/tmp").expect("a temporary directory on disk");
+    let (log, _) = Log::open(dir.path(), LogOptions::default(), |_, _| Ok(())).expect("a log");
+    let commit = GroupCommit::start(log, GroupCommitOptions::default()).expect("a commit thread");
+    let mut group = criterion.benchmark_group("group commit");
+    group.measurement_time(Duration::from_secs(5));
+    group.bench_function("durable batch of 10, 4 producers", |bench| {
+        bench.iter_custom(|iterations| {
+            let per_producer = iterations.div_ceil(PRODUCERS);
+            let started = Instant::now();
+            thread::scope(|scope| {
+                for producer in 0..PRODUCERS {
+                    let commit = &commit;
+                    scope.spawn(move || {
+                        let (answer, answered) = mpsc::channel();
+                        for round in 0..per_producer {
+                            let first_seq = (producer * per_producer + round) * BATCH;
+                            let answer = answer.clone();
+                            commit.submit(Submission {
+                                payloads: batch(first_seq),
+                                seq_floor: first_seq + BATCH,
+                                durable: true,
+                                done: Box::new(move |result| {
+                                    let _ = answer.send(result);
+                                }),
+                            });
+                            answered
+                                .recv()
+                                .expect("an answer")
+                                .expect("a durable batch");
+                        }
+                    });
+                }
+            });
+            started.elapsed() * u32::try_from(iterations).unwrap_or(u32::MAX)
+                / u32::try_from(per_producer * PRODUCERS).unwrap_or(u32::MAX)
+        });
+    });
+    group.finish();
+    drop(commit.close());
+}
+
+criterion_group!(benches, durable_sends);
+criterion_main!(benches);

@@ -1,0 +1,438 @@
+//! What the records add up to: each standard queue's live messages, their
+//! receive order and leases, in memory.
+//!
+//! The ledger is rebuilt at start by applying every record in log order, and
+//! kept current by applying each record as it is appended, so a receive is a
+//! walk of an ordered set instead of an index scan, and a lease or delete
+//! changes a few map entries instead of rewriting pages. Bodies stay in the
+//! log: a message's state names the position of its [`Record::Sent`].
+//!
+//! Replay tolerates records about messages it does not know: compaction may
+//! have dropped the segment holding a message's send after copying the
+//! message forward, and the copy (a later `Sent`) carries everything the
+//! dropped leases had recorded.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Range;
+
+use crate::log::{Log, LogError, LogPosition};
+use crate::record::Record;
+
+/// What the ledger knows of one live message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MessageState {
+    /// Where its latest [`Record::Sent`] is: the body's home.
+    pub position: LogPosition,
+    /// Epoch milliseconds.
+    pub sent_at: i64,
+    /// Epoch milliseconds: delay end or lease deadline.
+    pub visible_at: i64,
+    /// Deliveries so far.
+    pub receive_count: u32,
+    /// Epoch milliseconds of the first delivery.
+    pub first_received_at: Option<i64>,
+}
+
+/// A queue's messages split as SQS's approximate counts split them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Deliverable now.
+    pub visible: u64,
+    /// Leased: received and not yet visible again.
+    pub in_flight: u64,
+    /// Never received and still delayed.
+    pub delayed: u64,
+}
+
+/// Receive order: earliest visible first, then fewest deliveries (a message
+/// that failed often does not starve a fresh one), then send order.
+type OrderKey = (i64, u32, u64);
+
+#[derive(Debug, Default)]
+struct QueueLedger {
+    messages: HashMap<u64, MessageState>,
+    order: BTreeSet<OrderKey>,
+}
+
+impl QueueLedger {
+    fn insert(&mut self, seq: u64, state: MessageState) -> Option<MessageState> {
+        let replaced = self.remove(seq);
+        self.order
+            .insert((state.visible_at, state.receive_count, seq));
+        self.messages.insert(seq, state);
+        replaced
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<MessageState> {
+        let state = self.messages.remove(&seq)?;
+        self.order
+            .remove(&(state.visible_at, state.receive_count, seq));
+        Some(state)
+    }
+
+    fn update(&mut self, seq: u64, change: impl FnOnce(&mut MessageState)) -> bool {
+        let Some(state) = self.messages.get_mut(&seq) else {
+            return false;
+        };
+        self.order
+            .remove(&(state.visible_at, state.receive_count, seq));
+        change(state);
+        self.order
+            .insert((state.visible_at, state.receive_count, seq));
+        true
+    }
+}
+
+/// Every standard queue's live messages.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    queues: HashMap<u64, QueueLedger>,
+    next_seq: u64,
+    /// Live messages whose latest `Sent` is in each segment: a prefix of
+    /// segments with none can be removed.
+    live_per_segment: BTreeMap<u64, u64>,
+}
+
+impl Ledger {
+    /// An empty ledger that hands out sequence numbers from `seq_floor` on
+    /// (the log's [`Recovery::seq_floor`](crate::log::Recovery)), or above
+    /// any it is later told of.
+    pub fn new(seq_floor: u64) -> Self {
+        Self {
+            next_seq: seq_floor.max(1),
+            ..Self::default()
+        }
+    }
+
+    /// Takes `count` fresh sequence numbers.
+    pub fn allocate_seqs(&mut self, count: u64) -> Range<u64> {
+        let start = self.next_seq;
+        self.next_seq += count;
+        start..self.next_seq
+    }
+
+    /// The next sequence number to be handed out: the floor a new segment
+    /// records.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Appends `records` to `log` as one write and applies them: the
+    /// single-threaded path (recovery tools, tests, benchmarks). Nothing is
+    /// durable until the log is synced.
+    pub fn append_to(
+        &mut self,
+        log: &mut Log,
+        records: &[Record],
+    ) -> Result<Vec<LogPosition>, LogError> {
+        let payloads: Vec<Vec<u8>> = records.iter().map(Record::to_bytes).collect();
+        let positions = log.append(payloads.iter().map(Vec::as_slice), self.next_seq)?;
+        for (record, position) in records.iter().zip(&positions) {
+            self.apply(record, *position);
+        }
+        Ok(positions)
+    }
+
+    /// Applies one record found at (or just appended to) `position`.
+    pub fn apply(&mut self, record: &Record, position: LogPosition) {
+        match record {
+            Record::Sent(message) => {
+                self.next_seq = self.next_seq.max(message.seq + 1);
+                let state = MessageState {
+                    position,
+                    sent_at: message.sent_at,
+                    visible_at: message.visible_at,
+                    receive_count: message.receive_count,
+                    first_received_at: message.first_received_at,
+                };
+                let replaced = self
+                    .queues
+                    .entry(message.queue)
+                    .or_default()
+                    .insert(message.seq, state);
+                if let Some(replaced) = replaced {
+                    self.forget_live(replaced.position.segment);
+                }
+                *self.live_per_segment.entry(position.segment).or_default() += 1;
+            }
+            Record::Leased {
+                queue,
+                seq,
+                visible_at,
+                receive_count,
+                first_received_at,
+            } => {
+                if let Some(ledger) = self.queues.get_mut(queue) {
+                    ledger.update(*seq, |state| {
+                        state.visible_at = *visible_at;
+                        state.receive_count = *receive_count;
+                        state.first_received_at.get_or_insert(*first_received_at);
+                    });
+                }
+            }
+            Record::VisibilityChanged {
+                queue,
+                seq,
+                visible_at,
+            } => {
+                if let Some(ledger) = self.queues.get_mut(queue) {
+                    ledger.update(*seq, |state| state.visible_at = *visible_at);
+                }
+            }
+            Record::Deleted { queue, seq } => {
+                let removed = self
+                    .queues
+                    .get_mut(queue)
+                    .and_then(|ledger| ledger.remove(*seq));
+                if let Some(removed) = removed {
+                    self.forget_live(removed.position.segment);
+                }
+                self.drop_queue_if_empty(*queue);
+            }
+            Record::Purged { queue, through_seq } => {
+                let Some(ledger) = self.queues.get_mut(queue) else {
+                    return;
+                };
+                let purged: Vec<u64> = ledger
+                    .messages
+                    .keys()
+                    .copied()
+                    .filter(|seq| seq <= through_seq)
+                    .collect();
+                let mut segments = Vec::with_capacity(purged.len());
+                for seq in purged {
+                    if let Some(removed) = ledger.remove(seq) {
+                        segments.push(removed.position.segment);
+                    }
+                }
+                for segment in segments {
+                    self.forget_live(segment);
+                }
+                self.drop_queue_if_empty(*queue);
+            }
+        }
+    }
+
+    fn forget_live(&mut self, segment: u64) {
+        if let Some(live) = self.live_per_segment.get_mut(&segment) {
+            *live -= 1;
+            if *live == 0 {
+                self.live_per_segment.remove(&segment);
+            }
+        }
+    }
+
+    fn drop_queue_if_empty(&mut self, queue: u64) {
+        if self
+            .queues
+            .get(&queue)
+            .is_some_and(|ledger| ledger.messages.is_empty())
+        {
+            self.queues.remove(&queue);
+        }
+    }
+
+    /// A live message's state.
+    pub fn message(&self, queue: u64, seq: u64) -> Option<&MessageState> {
+        self.queues.get(&queue)?.messages.get(&seq)
+    }
+
+    /// Up to `limit` messages of `queue` deliverable at `now`, in receive order.
+    pub fn deliverable(&self, queue: u64, now: i64, limit: usize) -> Vec<u64> {
+        let Some(ledger) = self.queues.get(&queue) else {
+            return Vec::new();
+        };
+        ledger
+            .order
+            .range(..=(now, u32::MAX, u64::MAX))
+            .take(limit)
+            .map(|&(_, _, seq)| seq)
+            .collect()
+    }
+
+    /// `queue`'s approximate counts at `now`.
+    pub fn counts(&self, queue: u64, now: i64) -> QueueCounts {
+        let Some(ledger) = self.queues.get(&queue) else {
+            return QueueCounts::default();
+        };
+        let visible = ledger.order.range(..=(now, u32::MAX, u64::MAX)).count() as u64;
+        let mut counts = QueueCounts {
+            visible,
+            ..QueueCounts::default()
+        };
+        for &(_, receive_count, _) in ledger.order.range((now + 1, 0, 0)..) {
+            if receive_count == 0 {
+                counts.delayed += 1;
+            } else {
+                counts.in_flight += 1;
+            }
+        }
+        counts
+    }
+
+    /// Live messages in all queues.
+    pub fn len(&self) -> usize {
+        self.queues
+            .values()
+            .map(|ledger| ledger.messages.len())
+            .sum()
+    }
+
+    /// Whether no queue holds a live message.
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    /// The oldest segment holding a live message's send: every segment below
+    /// it can be removed. `None` when no message is live.
+    pub fn oldest_live_segment(&self) -> Option<u64> {
+        self.live_per_segment.keys().next().copied()
+    }
+
+    /// Live messages whose send is in a segment below `segment`: the ones
+    /// compaction copies forward (as [`Record::Sent`] with their current
+    /// state) before removing those segments.
+    pub fn live_before(&self, segment: u64) -> Vec<(u64, u64, MessageState)> {
+        let mut live: Vec<(u64, u64, MessageState)> = self
+            .queues
+            .iter()
+            .flat_map(|(&queue, ledger)| {
+                ledger
+                    .messages
+                    .iter()
+                    .filter(|(_, state)| state.position.segment < segment)
+                    .map(move |(&seq, &state)| (queue, seq, state))
+            })
+            .collect();
+        live.sort_unstable_by_key(|&(_, _, state)| state.position);
+        live
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::SentMessage;
+
+    fn at(segment: u64, offset: u64) -> LogPosition {
+        LogPosition {
+            segment,
+            offset,
+            len: 0,
+        }
+    }
+
+    fn sent(queue: u64, seq: u64, visible_at: i64) -> Record {
+        Record::Sent(SentMessage {
+            queue,
+            seq,
+            sent_at: visible_at,
+            visible_at,
+            ..SentMessage::default()
+        })
+    }
+
+    fn lease(queue: u64, seq: u64, visible_at: i64, receive_count: u32) -> Record {
+        Record::Leased {
+            queue,
+            seq,
+            visible_at,
+            receive_count,
+            first_received_at: 0,
+        }
+    }
+
+    #[test]
+    fn receive_order_is_visibility_then_fewest_deliveries_then_send_order() {
+        let mut ledger = Ledger::new(0);
+        for (offset, seq) in (1..=4).enumerate() {
+            ledger.apply(&sent(7, seq, 100), at(1, offset as u64));
+        }
+        // seq 1 failed twice and is visible again at the same instant.
+        ledger.apply(&lease(7, 1, 100, 2), at(1, 10));
+        ledger.apply(&lease(7, 2, 500, 1), at(1, 11));
+        assert_eq!(ledger.deliverable(7, 100, 10), vec![3, 4, 1]);
+        assert_eq!(ledger.deliverable(7, 99, 10), Vec::<u64>::new());
+        assert_eq!(ledger.deliverable(7, 500, 2), vec![3, 4]);
+        assert_eq!(
+            ledger.counts(7, 100),
+            QueueCounts {
+                visible: 3,
+                in_flight: 1,
+                delayed: 0
+            }
+        );
+    }
+
+    #[test]
+    fn a_delayed_message_counts_as_delayed_until_its_delay_ends() {
+        let mut ledger = Ledger::new(0);
+        ledger.apply(&sent(1, 1, 1_000), at(1, 0));
+        assert_eq!(ledger.counts(1, 999).delayed, 1);
+        assert_eq!(ledger.counts(1, 1_000).visible, 1);
+    }
+
+    #[test]
+    fn records_about_unknown_messages_change_nothing() {
+        let mut ledger = Ledger::new(0);
+        ledger.apply(&lease(1, 5, 10, 1), at(1, 0));
+        ledger.apply(&Record::Deleted { queue: 1, seq: 5 }, at(1, 1));
+        assert!(ledger.is_empty());
+        assert_eq!(ledger.oldest_live_segment(), None);
+    }
+
+    #[test]
+    fn a_copy_forward_replaces_the_message_and_frees_its_old_segment() {
+        let mut ledger = Ledger::new(0);
+        ledger.apply(&sent(1, 1, 0), at(1, 0));
+        ledger.apply(&sent(1, 2, 0), at(2, 0));
+        ledger.apply(&lease(1, 1, 50, 3), at(2, 1));
+        assert_eq!(ledger.oldest_live_segment(), Some(1));
+        let (queue, seq, state) = ledger.live_before(2)[0];
+        assert_eq!((queue, seq, state.receive_count), (1, 1, 3));
+        let Record::Sent(mut copy) = sent(1, 1, 0) else {
+            unreachable!()
+        };
+        copy.visible_at = state.visible_at;
+        copy.receive_count = state.receive_count;
+        ledger.apply(&Record::Sent(copy), at(3, 0));
+        assert_eq!(ledger.oldest_live_segment(), Some(2));
+        assert_eq!(ledger.len(), 2);
+        let copied = ledger.message(1, 1).copied();
+        assert_eq!(
+            copied.map(|s| (s.receive_count, s.visible_at)),
+            Some((3, 50))
+        );
+    }
+
+    #[test]
+    fn a_purge_takes_its_queue_through_the_mark_and_no_other() {
+        let mut ledger = Ledger::new(0);
+        for seq in 1..=5 {
+            ledger.apply(&sent(1, seq, 0), at(seq, 0));
+        }
+        ledger.apply(&sent(2, 6, 0), at(1, 1));
+        ledger.apply(
+            &Record::Purged {
+                queue: 1,
+                through_seq: 3,
+            },
+            at(6, 0),
+        );
+        assert_eq!(ledger.deliverable(1, 0, 10), vec![4, 5]);
+        assert_eq!(ledger.deliverable(2, 0, 10), vec![6]);
+        assert_eq!(ledger.oldest_live_segment(), Some(1));
+        ledger.apply(&Record::Deleted { queue: 2, seq: 6 }, at(6, 1));
+        assert_eq!(ledger.oldest_live_segment(), Some(4));
+    }
+
+    #[test]
+    fn sequence_numbers_never_fall_below_the_floor_or_any_seen() {
+        let mut ledger = Ledger::new(100);
+        assert_eq!(ledger.allocate_seqs(2), 100..102);
+        ledger.apply(&sent(1, 500, 0), at(1, 0));
+        assert_eq!(ledger.allocate_seqs(1), 501..502);
+        ledger.apply(&Record::Deleted { queue: 1, seq: 500 }, at(1, 1));
+        assert_eq!(ledger.next_seq(), 502);
+    }
+}

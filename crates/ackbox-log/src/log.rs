@@ -1,0 +1,541 @@
+//! Segment files: appending, recovering after a crash, reading a record back
+//! and dropping segments nothing needs.
+//!
+//! A log is a directory of segments named by their number
+//! (`00000000000000000001.log`, …). Each starts with a 24-byte header — magic,
+//! format version, and the sequence floor (no message sequence number below
+//! it may be handed out again, even once every record naming one is gone) —
+//! followed by [frames](crate::frame). Only the newest segment is written.
+//! A segment is fsync'd before the next one is created, and the directory
+//! after a segment is created or removed, so after a crash only the newest
+//! segment can end in a torn frame: [`Log::open`] cuts it there. Anything
+//! invalid in an older segment is damage, and the log refuses to open rather
+//! than silently lose acknowledged records.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::frame::{FRAME_HEADER_BYTES, FrameRead, InvalidFrame, encode_frame, next_frame};
+
+const MAGIC: &[u8; 8] = b"ACKBXLOG";
+const FORMAT_VERSION: u32 = 1;
+/// Magic, version, reserved, sequence floor.
+pub const SEGMENT_HEADER_BYTES: u64 = 24;
+const SEGMENT_SUFFIX: &str = ".log";
+
+/// Where a record is: its segment's number, its frame's offset there and the
+/// frame's length, so reading it back is one `pread`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LogPosition {
+    /// The segment's number (its file name).
+    pub segment: u64,
+    /// The frame's byte offset within the segment file.
+    pub offset: u64,
+    /// The frame's length: header and payload.
+    pub len: u32,
+}
+
+/// How a log is laid out.
+#[derive(Debug, Clone, Copy)]
+pub struct LogOptions {
+    /// A segment takes no more appends once it is this long: smaller segments
+    /// are reclaimed sooner once their messages are gone, larger ones mean
+    /// fewer files.
+    pub segment_bytes: u64,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        Self {
+            segment_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Why the log failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// A file operation failed.
+    #[error("{operation} {path}: {source}")]
+    Io {
+        /// What was being done.
+        operation: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The system's error.
+        source: io::Error,
+    },
+    /// An older segment (one that was fsync'd whole before the next began) is
+    /// not what was written: the log will not guess which records are lost.
+    #[error("segment {segment} is damaged at byte {offset}: {reason}")]
+    Damaged {
+        /// The damaged segment's number.
+        segment: u64,
+        /// Where in it.
+        offset: u64,
+        /// What was found there.
+        reason: String,
+    },
+    /// An earlier write or fsync failed: what reached the disk is unknown
+    /// (the kernel may have dropped the dirty pages), so the log takes
+    /// nothing more until it is reopened and recovered.
+    #[error("the log stopped taking writes after an earlier failure: {0}")]
+    Poisoned(String),
+    /// A record was asked for where none is.
+    #[error("no record at segment {}, offset {}", .0.segment, .0.offset)]
+    NoRecord(LogPosition),
+    /// A record's visitor refused it during recovery.
+    #[error("recovering the record at segment {}, offset {}: {reason}", .position.segment, .position.offset)]
+    Replay {
+        /// The record.
+        position: LogPosition,
+        /// Why the visitor refused it.
+        reason: String,
+    },
+}
+
+fn io_error<'a>(
+    operation: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> LogError + 'a {
+    move |source| LogError::Io {
+        operation,
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// What [`Log::open`] found and repaired.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    /// Records handed to the visitor.
+    pub records: u64,
+    /// The highest sequence floor in any segment header.
+    pub seq_floor: u64,
+    /// Where the newest segment was cut, if it ended in a torn frame.
+    pub truncated: Option<Truncation>,
+}
+
+/// A torn tail cut off the newest segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Truncation {
+    /// The segment.
+    pub segment: u64,
+    /// Its new length: the end of its last whole frame.
+    pub at: u64,
+    /// Bytes dropped.
+    pub dropped: u64,
+    /// What was found at the cut.
+    pub reason: InvalidFrame,
+}
+
+/// An open log: sealed segments for reading, the newest for appending.
+#[derive(Debug)]
+pub struct Log {
+    dir: PathBuf,
+    options: LogOptions,
+    sealed: BTreeMap<u64, File>,
+    active: File,
+    active_segment: u64,
+    active_len: u64,
+    frames: Vec<u8>,
+    poisoned: Option<String>,
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, handing every record to `visit` in
+    /// the order it was appended, and cuts a torn tail off the newest segment.
+    pub fn open(
+        dir: &Path,
+        options: LogOptions,
+        mut visit: impl FnMut(LogPosition, &[u8]) -> Result<(), String>,
+    ) -> Result<(Self, Recovery), LogError> {
+        fs::create_dir_all(dir).map_err(io_error("create", dir))?;
+        let mut numbers = segment_numbers(dir)?;
+        let mut recovery = Recovery::default();
+        // A crash between creating the newest segment and fsyncing its header
+        // leaves a file without one, and nothing in it was acknowledged.
+        if let Some(&newest) = numbers.last() {
+            let path = segment_path(dir, newest);
+            let mut header = [0; SEGMENT_HEADER_BYTES as usize];
+            let read = File::open(&path)
+                .and_then(|file| file.read_at(&mut header, 0))
+                .map_err(io_error("read", &path))?;
+            if read_header(&header[..read]).is_none() && numbers.len() > 1 {
+                fs::remove_file(&path).map_err(io_error("remove", &path))?;
+                sync_dir(dir)?;
+                numbers.pop();
+            }
+        }
+        let Some(&newest) = numbers.last() else {
+            let log = Self::create(dir, options, 1, 0)?;
+            return Ok((log, recovery));
+        };
+        let mut sealed = BTreeMap::new();
+        let mut active_len = SEGMENT_HEADER_BYTES;
+        for &number in &numbers {
+            let path = segment_path(dir, number);
+            let mut bytes = fs::read(&path).map_err(io_error("read", &path))?;
+            let is_newest = number == newest;
+            let seq_floor = match read_header(&bytes) {
+                Some(floor) => floor,
+                None if is_newest => {
+                    // The only segment, torn before its header reached the disk.
+                    bytes.clear();
+                    write_header(&mut bytes, 0);
+                    fs::write(&path, &bytes).map_err(io_error("write", &path))?;
+                    File::open(&path)
+                        .and_then(|file| file.sync_all())
+                        .map_err(io_error("fsync", &path))?;
+                    0
+                }
+                None => {
+                    return Err(LogError::Damaged {
+                        segment: number,
+                        offset: 0,
+                        reason: "not an ackbox log segment header".to_owned(),
+                    });
+                }
+            };
+            recovery.seq_floor = recovery.seq_floor.max(seq_floor);
+            let mut offset = SEGMENT_HEADER_BYTES as usize;
+            loop {
+                match next_frame(&bytes[offset..]) {
+                    FrameRead::Frame { payload, len } => {
+                        let position = LogPosition {
+                            segment: number,
+                            offset: offset as u64,
+                            len: len as u32,
+                        };
+                        visit(position, payload)
+                            .map_err(|reason| LogError::Replay { position, reason })?;
+                        recovery.records += 1;
+                        offset += len;
+                    }
+                    FrameRead::End => break,
+                    FrameRead::Invalid(reason) if is_newest => {
+                        let file = OpenOptions::new()
+                            .write(true)
+                            .open(&path)
+                            .map_err(io_error("open", &path))?;
+                        file.set_len(offset as u64)
+                            .and_then(|()| file.sync_all())
+                            .map_err(io_error("truncate", &path))?;
+                        recovery.truncated = Some(Truncation {
+                            segment: number,
+                            at: offset as u64,
+                            dropped: (bytes.len() - offset) as u64,
+                            reason,
+                        });
+                        break;
+                    }
+                    FrameRead::Invalid(reason) => {
+                        return Err(LogError::Damaged {
+                            segment: number,
+                            offset: offset as u64,
+                            reason: reason.to_string(),
+                        });
+                    }
+                }
+            }
+            if is_newest {
+                active_len = offset as u64;
+            } else {
+                let file = File::open(&path).map_err(io_error("open", &path))?;
+                sealed.insert(number, file);
+            }
+        }
+        let path = segment_path(dir, newest);
+        let active = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io_error("open", &path))?;
+        let log = Self {
+            dir: dir.to_owned(),
+            options,
+            sealed,
+            active,
+            active_segment: newest,
+            active_len,
+            frames: Vec::new(),
+            poisoned: None,
+        };
+        Ok((log, recovery))
+    }
+
+    fn create(
+        dir: &Path,
+        options: LogOptions,
+        number: u64,
+        seq_floor: u64,
+    ) -> Result<Self, LogError> {
+        let active = create_segment(dir, number, seq_floor)?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            options,
+            sealed: BTreeMap::new(),
+            active,
+            active_segment: number,
+            active_len: SEGMENT_HEADER_BYTES,
+            frames: Vec::new(),
+            poisoned: None,
+        })
+    }
+
+    /// Appends `payloads` as one write, in order, and returns where each
+    /// starts. Nothing is durable until [`Log::sync`] returns.
+    ///
+    /// `seq_floor` is the next sequence number the caller would hand out: a
+    /// segment begun by this append records it, so that numbers are never
+    /// reused once the segments naming them are gone.
+    pub fn append<'a>(
+        &mut self,
+        payloads: impl IntoIterator<Item = &'a [u8]>,
+        seq_floor: u64,
+    ) -> Result<Vec<LogPosition>, LogError> {
+        self.check_poisoned()?;
+        if self.active_len >= self.options.segment_bytes {
+            self.roll(seq_floor)?;
+        }
+        self.frames.clear();
+        let mut positions = Vec::new();
+        for payload in payloads {
+            let offset = self.frames.len();
+            encode_frame(&mut self.frames, payload);
+            positions.push(LogPosition {
+                segment: self.active_segment,
+                offset: self.active_len + offset as u64,
+                len: (self.frames.len() - offset) as u32,
+            });
+        }
+        if let Err(error) = self.active.write_all_at(&self.frames, self.active_len) {
+            return Err(self.poison("write", error));
+        }
+        self.active_len += self.frames.len() as u64;
+        Ok(positions)
+    }
+
+    /// Makes everything appended so far durable (`fdatasync`).
+    pub fn sync(&mut self) -> Result<(), LogError> {
+        self.check_poisoned()?;
+        if let Err(error) = self.active.sync_data() {
+            return Err(self.poison("fsync", error));
+        }
+        Ok(())
+    }
+
+    /// Seals the newest segment (fsync'd whole first, so that only the newest
+    /// can ever hold a torn frame) and begins the next.
+    fn roll(&mut self, seq_floor: u64) -> Result<(), LogError> {
+        self.sync()?;
+        let next = self.active_segment + 1;
+        let active = match create_segment(&self.dir, next, seq_floor) {
+            Ok(file) => file,
+            Err(error) => {
+                self.poisoned = Some(error.to_string());
+                return Err(error);
+            }
+        };
+        let sealed = std::mem::replace(&mut self.active, active);
+        self.sealed.insert(self.active_segment, sealed);
+        self.active_segment = next;
+        self.active_len = SEGMENT_HEADER_BYTES;
+        Ok(())
+    }
+
+    /// Reads back the record that starts at `position`, checking its checksum.
+    pub fn read(&self, position: LogPosition) -> Result<Vec<u8>, LogError> {
+        let mut frame = vec![0; position.len as usize];
+        self.read_at(self.segment_file(position)?, &mut frame, position)?;
+        checked_payload(&frame, position)?;
+        frame.drain(..FRAME_HEADER_BYTES);
+        Ok(frame)
+    }
+
+    /// Reads back several records, each checked; records that lie close
+    /// together in one segment (a receive's messages usually were sent
+    /// together) are read with one `pread`.
+    pub fn read_many(&self, positions: &[LogPosition]) -> Result<Vec<Vec<u8>>, LogError> {
+        // Bytes between two records worth reading through rather than paying
+        // another system call.
+        const GAP: u64 = 4096;
+        let mut order: Vec<usize> = (0..positions.len()).collect();
+        order.sort_unstable_by_key(|&index| (positions[index].segment, positions[index].offset));
+        let mut records = vec![Vec::new(); positions.len()];
+        let mut run_start = 0;
+        while run_start < order.len() {
+            let first = positions[order[run_start]];
+            let mut end = first.offset + u64::from(first.len);
+            let mut run_end = run_start + 1;
+            while let Some(&next) = order.get(run_end).map(|&index| &positions[index]) {
+                if next.segment != first.segment || next.offset > end + GAP {
+                    break;
+                }
+                end = end.max(next.offset + u64::from(next.len));
+                run_end += 1;
+            }
+            let file = self.segment_file(first)?;
+            let mut bytes = vec![0; (end - first.offset) as usize];
+            self.read_at(file, &mut bytes, first)?;
+            for &index in &order[run_start..run_end] {
+                let position = positions[index];
+                let start = (position.offset - first.offset) as usize;
+                let frame = &bytes[start..start + position.len as usize];
+                records[index] = checked_payload(frame, position)?.to_vec();
+            }
+            run_start = run_end;
+        }
+        Ok(records)
+    }
+
+    /// Fills `bytes` from `position` on; a read past the segment's end means
+    /// no record is there.
+    fn read_at(
+        &self,
+        file: &File,
+        bytes: &mut [u8],
+        position: LogPosition,
+    ) -> Result<(), LogError> {
+        file.read_exact_at(bytes, position.offset)
+            .map_err(|source| match source.kind() {
+                io::ErrorKind::UnexpectedEof => LogError::NoRecord(position),
+                _ => LogError::Io {
+                    operation: "read",
+                    path: segment_path(&self.dir, position.segment),
+                    source,
+                },
+            })
+    }
+
+    fn segment_file(&self, position: LogPosition) -> Result<&File, LogError> {
+        if position.segment == self.active_segment {
+            Ok(&self.active)
+        } else {
+            self.sealed
+                .get(&position.segment)
+                .ok_or(LogError::NoRecord(position))
+        }
+    }
+
+    /// Removes every sealed segment numbered below `segment` (never the one
+    /// being appended to). The caller has made sure no live record is in them.
+    pub fn remove_segments_before(&mut self, segment: u64) -> Result<usize, LogError> {
+        let doomed: Vec<u64> = self.sealed.range(..segment).map(|(&n, _)| n).collect();
+        for number in &doomed {
+            self.sealed.remove(number);
+            let path = segment_path(&self.dir, *number);
+            fs::remove_file(&path).map_err(io_error("remove", &path))?;
+        }
+        if !doomed.is_empty() {
+            sync_dir(&self.dir)?;
+        }
+        Ok(doomed.len())
+    }
+
+    /// The segment being appended to.
+    pub fn active_segment(&self) -> u64 {
+        self.active_segment
+    }
+
+    /// The numbers of every segment, oldest first.
+    pub fn segments(&self) -> Vec<u64> {
+        let mut numbers: Vec<u64> = self.sealed.keys().copied().collect();
+        numbers.push(self.active_segment);
+        numbers
+    }
+
+    fn check_poisoned(&self) -> Result<(), LogError> {
+        match &self.poisoned {
+            Some(reason) => Err(LogError::Poisoned(reason.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn poison(&mut self, operation: &'static str, source: io::Error) -> LogError {
+        let error = LogError::Io {
+            operation,
+            path: segment_path(&self.dir, self.active_segment),
+            source,
+        };
+        self.poisoned = Some(error.to_string());
+        error
+    }
+}
+
+/// The payload of `frame`, which must be exactly one whole, intact frame.
+fn checked_payload(frame: &[u8], position: LogPosition) -> Result<&[u8], LogError> {
+    match next_frame(frame) {
+        FrameRead::Frame { payload, len } if len == frame.len() => Ok(payload),
+        FrameRead::Frame { .. } | FrameRead::End | FrameRead::Invalid(_) => {
+            Err(LogError::NoRecord(position))
+        }
+    }
+}
+
+fn segment_path(dir: &Path, number: u64) -> PathBuf {
+    dir.join(format!("{number:020}{SEGMENT_SUFFIX}"))
+}
+
+fn segment_numbers(dir: &Path) -> Result<Vec<u64>, LogError> {
+    let mut numbers = Vec::new();
+    for entry in fs::read_dir(dir).map_err(io_error("list", dir))? {
+        let entry = entry.map_err(io_error("list", dir))?;
+        let name = entry.file_name();
+        let Some(number) = name
+            .to_str()
+            .and_then(|name| name.strip_suffix(SEGMENT_SUFFIX))
+            .and_then(|stem| stem.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        numbers.push(number);
+    }
+    numbers.sort_unstable();
+    Ok(numbers)
+}
+
+fn write_header(out: &mut Vec<u8>, seq_floor: u64) {
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&0u32.to_le_bytes());
+    out.extend_from_slice(&seq_floor.to_le_bytes());
+}
+
+/// The header's sequence floor, or `None` when `bytes` do not start with a
+/// header of this format.
+fn read_header(bytes: &[u8]) -> Option<u64> {
+    let header = bytes.get(..SEGMENT_HEADER_BYTES as usize)?;
+    let (magic, rest) = header.split_at(MAGIC.len());
+    let (version, rest) = rest.split_at(4);
+    if magic != MAGIC || version != FORMAT_VERSION.to_le_bytes() {
+        return None;
+    }
+    Some(u64::from_le_bytes(rest[4..12].try_into().ok()?))
+}
+
+fn create_segment(dir: &Path, number: u64, seq_floor: u64) -> Result<File, LogError> {
+    let path = segment_path(dir, number);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(io_error("create", &path))?;
+    let mut header = Vec::with_capacity(SEGMENT_HEADER_BYTES as usize);
+    write_header(&mut header, seq_floor);
+    file.write_all_at(&header, 0)
+        .and_then(|()| file.sync_all())
+        .map_err(io_error("write", &path))?;
+    sync_dir(dir)?;
+    Ok(file)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), LogError> {
+    File::open(dir)
+        .and_then(|handle| handle.sync_all())
+        .map_err(io_error("fsync", dir))
+}

@@ -1,0 +1,416 @@
+//! The log's crash contract, through real files: what was appended and
+//! fsync'd is found again by a fresh `open`; a torn tail is cut, never read;
+//! damage in an older segment stops the open; sequence numbers never repeat;
+//! compaction keeps every live message's state.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread;
+
+use ackbox_log::group_commit::{GroupCommit, GroupCommitOptions, Submission};
+use ackbox_log::ledger::{Ledger, MessageState};
+use ackbox_log::log::{Log, LogError, LogOptions, LogPosition, Recovery};
+use ackbox_log::record::{Record, SentMessage};
+
+const QUEUE: u64 = 3;
+
+fn sent(seq: u64, body: &str) -> Record {
+    Record::Sent(SentMessage {
+        queue: QUEUE,
+        seq,
+        sent_at: 1_000,
+        visible_at: 1_000,
+        message_id: format!("id-{seq}"),
+        body: body.to_owned(),
+        md5_of_body: "md5".to_owned(),
+        sender_id: "me".to_owned(),
+        ..SentMessage::default()
+    })
+}
+
+/// Opens the log in `dir`, replaying it into a fresh ledger.
+fn reopen(dir: &Path, options: LogOptions) -> Result<(Log, Ledger, Recovery), LogError> {
+    let mut replayed = Vec::new();
+    let (log, recovery) = Log::open(dir, options, |position, payload| {
+        let record = Record::decode(payload).map_err(|error| error.to_string())?;
+        replayed.push((record, position));
+        Ok(())
+    })?;
+    let mut ledger = Ledger::new(recovery.seq_floor);
+    for (record, position) in &replayed {
+        ledger.apply(record, *position);
+    }
+    Ok((log, ledger, recovery))
+}
+
+fn append(log: &mut Log, ledger: &mut Ledger, records: &[Record]) -> Vec<LogPosition> {
+    ledger.append_to(log, records).expect("an append")
+}
+
+fn send(log: &mut Log, ledger: &mut Ledger, count: u64) -> Vec<u64> {
+    let seqs: Vec<u64> = ledger.allocate_seqs(count).collect();
+    let records: Vec<Record> = seqs
+        .iter()
+        .map(|&seq| sent(seq, &format!("body {seq}")))
+        .collect();
+    append(log, ledger, &records);
+    seqs
+}
+
+fn states(ledger: &Ledger, seqs: impl IntoIterator<Item = u64>) -> Vec<Option<(i64, u32)>> {
+    seqs.into_iter()
+        .map(|seq| {
+            ledger
+                .message(QUEUE, seq)
+                .map(|state: &MessageState| (state.visible_at, state.receive_count))
+        })
+        .collect()
+}
+
+fn segment_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = fs::read_dir(dir)
+        .expect("the log directory")
+        .map(|entry| entry.expect("an entry").path())
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn sends_leases_and_deletes_are_found_again_after_reopening() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut log, mut ledger, _) = reopen(dir.path(), LogOptions::default()).expect("a new log");
+    let seqs = send(&mut log, &mut ledger, 5);
+    append(
+        &mut log,
+        &mut ledger,
+        &[
+            Record::Leased {
+                queue: QUEUE,
+                seq: seqs[0],
+                visible_at: 9_000,
+                receive_count: 1,
+                first_received_at: 2_000,
+            },
+            Record::Deleted {
+                queue: QUEUE,
+                seq: seqs[1],
+            },
+            Record::VisibilityChanged {
+                queue: QUEUE,
+                seq: seqs[2],
+                visible_at: 5_000,
+            },
+        ],
+    );
+    log.sync().expect("an fsync");
+    let before = states(&ledger, seqs.iter().copied());
+    drop(log);
+
+    let (log, reopened, recovery) = reopen(dir.path(), LogOptions::default()).expect("a reopen");
+    assert_eq!(recovery.records, 8);
+    assert_eq!(recovery.truncated, None);
+    assert_eq!(states(&reopened, seqs.iter().copied()), before);
+    assert_eq!(
+        reopened.deliverable(QUEUE, 1_000, 10),
+        vec![seqs[3], seqs[4]]
+    );
+    assert_eq!(reopened.counts(QUEUE, 1_000).in_flight, 1);
+    // The body comes back from the log, not from memory.
+    let position = reopened
+        .message(QUEUE, seqs[4])
+        .expect("a live message")
+        .position;
+    let record = Record::decode(&log.read(position).expect("a record")).expect("a send");
+    let Record::Sent(message) = record else {
+        panic!("{record:?} is not a send");
+    };
+    assert_eq!(message.body, format!("body {}", seqs[4]));
+}
+
+#[test]
+fn a_tail_torn_anywhere_is_cut_at_the_last_whole_record_and_the_log_goes_on() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut log, mut ledger, _) = reopen(dir.path(), LogOptions::default()).expect("a new log");
+    send(&mut log, &mut ledger, 3);
+    log.sync().expect("an fsync");
+    drop(log);
+    let segment = segment_files(dir.path()).pop().expect("a segment");
+    let durable = fs::read(&segment).expect("the segment");
+
+    // What a crash mid-write can leave: the next two records cut at every byte.
+    let mut torn_records = Vec::new();
+    for seq in [4, 5] {
+        ackbox_log::frame::encode_frame(&mut torn_records, &sent(seq, "lost").to_bytes());
+    }
+    for cut in 1..torn_records.len() {
+        let mut bytes = durable.clone();
+        bytes.extend_from_slice(&torn_records[..cut]);
+        fs::write(&segment, &bytes).expect("a torn segment");
+        let (_, ledger, recovery) = reopen(dir.path(), LogOptions::default())
+            .unwrap_or_else(|error| panic!("cut at {cut}: {error}"));
+        let whole = if cut >= torn_records.len() / 2 { 4 } else { 3 };
+        assert_eq!(recovery.records, whole, "cut at {cut}");
+        assert_eq!(ledger.len() as u64, whole, "cut at {cut}");
+        let truncated = recovery.truncated.is_some();
+        assert_eq!(truncated, cut != torn_records.len() / 2, "cut at {cut}");
+    }
+
+    // Garbage after the last record (a write whose pages never all landed).
+    let mut bytes = durable.clone();
+    bytes.extend_from_slice(&[0xAB; 100]);
+    fs::write(&segment, &bytes).expect("a damaged tail");
+    let (mut log, mut ledger, recovery) =
+        reopen(dir.path(), LogOptions::default()).expect("a reopen");
+    assert_eq!(
+        recovery.truncated.map(|t| (t.at, t.dropped)),
+        Some((durable.len() as u64, 100))
+    );
+    assert_eq!(
+        fs::metadata(&segment).expect("the segment").len(),
+        durable.len() as u64
+    );
+    // Appends go on from the cut, and survive the next reopen.
+    send(&mut log, &mut ledger, 1);
+    log.sync().expect("an fsync");
+    drop(log);
+    let (_, ledger, recovery) = reopen(dir.path(), LogOptions::default()).expect("a reopen");
+    assert_eq!((recovery.records, recovery.truncated), (4, None));
+    assert_eq!(ledger.len(), 4);
+}
+
+#[test]
+fn damage_in_a_sealed_segment_stops_the_open() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let options = LogOptions { segment_bytes: 100 };
+    let (mut log, mut ledger, _) = reopen(dir.path(), options).expect("a new log");
+    for _ in 0..4 {
+        send(&mut log, &mut ledger, 1);
+    }
+    log.sync().expect("an fsync");
+    drop(log);
+    let files = segment_files(dir.path());
+    assert!(files.len() >= 3, "{files:?}");
+    let mut bytes = fs::read(&files[0]).expect("the oldest segment");
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0xFF;
+    fs::write(&files[0], &bytes).expect("a damaged segment");
+    match reopen(dir.path(), options) {
+        Err(LogError::Damaged { segment: 1, .. }) => {}
+        other => panic!("a damaged sealed segment was accepted: {other:?}"),
+    }
+}
+
+#[test]
+fn compaction_copies_live_messages_forward_and_sequence_numbers_never_repeat() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let options = LogOptions { segment_bytes: 100 };
+    let (mut log, mut ledger, _) = reopen(dir.path(), options).expect("a new log");
+    let seqs: Vec<u64> = (0..6)
+        .flat_map(|_| send(&mut log, &mut ledger, 1))
+        .collect();
+    // The first message is received twice; all but it and the last are deleted.
+    for receive_count in 1..=2 {
+        append(
+            &mut log,
+            &mut ledger,
+            &[Record::Leased {
+                queue: QUEUE,
+                seq: seqs[0],
+                visible_at: 7_000,
+                receive_count,
+                first_received_at: 2_000,
+            }],
+        );
+    }
+    let deletes: Vec<Record> = seqs[1..5]
+        .iter()
+        .map(|&seq| Record::Deleted { queue: QUEUE, seq })
+        .collect();
+    append(&mut log, &mut ledger, &deletes);
+
+    // Compaction: copy what is live in the older segments to the newest.
+    let active = log.active_segment();
+    let live = ledger.live_before(active);
+    assert_eq!(
+        live.iter().map(|&(_, seq, _)| seq).collect::<Vec<_>>(),
+        vec![seqs[0], seqs[5]]
+    );
+    let copies: Vec<Record> = live
+        .iter()
+        .map(|&(_, seq, state)| {
+            let original =
+                Record::decode(&log.read(state.position).expect("a record")).expect("a send");
+            let Record::Sent(mut message) = original else {
+                panic!("{original:?} is not a send");
+            };
+            message.visible_at = state.visible_at;
+            message.receive_count = state.receive_count;
+            message.first_received_at = state.first_received_at;
+            assert_eq!(message.seq, seq);
+            Record::Sent(message)
+        })
+        .collect();
+    append(&mut log, &mut ledger, &copies);
+    let reclaimable = ledger.oldest_live_segment().expect("live messages");
+    let removed = log.remove_segments_before(reclaimable).expect("a removal");
+    // A segment per send (a send fills one), one for both leases, one for
+    // the deletes: everything before the copies' segment.
+    assert_eq!(removed, 8);
+    log.sync().expect("an fsync");
+    let next_seq = ledger.next_seq();
+    let before = states(&ledger, seqs.iter().copied());
+    drop(log);
+
+    let (_, mut reopened, _) = reopen(dir.path(), options).expect("a reopen");
+    assert_eq!(states(&reopened, seqs.iter().copied()), before);
+    assert_eq!(before[0], Some((7_000, 2)));
+    assert!(reopened.allocate_seqs(1).start >= next_seq);
+
+    // Everything deleted and compacted away: the floor in the newest segment's
+    // header still keeps the numbers from repeating.
+    let (mut log, mut ledger, _) = reopen(dir.path(), options).expect("a reopen");
+    let all: Vec<Record> = [seqs[0], seqs[5]]
+        .iter()
+        .map(|&seq| Record::Deleted { queue: QUEUE, seq })
+        .collect();
+    append(&mut log, &mut ledger, &all);
+    send(&mut log, &mut ledger, 1);
+    let last = ledger.next_seq() - 1;
+    append(
+        &mut log,
+        &mut ledger,
+        &[Record::Deleted {
+            queue: QUEUE,
+            seq: last,
+        }],
+    );
+    // Every append fills a 100-byte segment, so this one begins a segment
+    // whose header carries the floor.
+    append(
+        &mut log,
+        &mut ledger,
+        &[Record::Purged {
+            queue: QUEUE,
+            through_seq: last,
+        }],
+    );
+    assert!(ledger.is_empty());
+    log.remove_segments_before(log.active_segment())
+        .expect("a removal");
+    log.sync().expect("an fsync");
+    drop(log);
+    let (_, mut reopened, recovery) = reopen(dir.path(), options).expect("a reopen");
+    assert!(
+        recovery.seq_floor > last,
+        "floor {} after {last}",
+        recovery.seq_floor
+    );
+    assert!(reopened.allocate_seqs(1).start > last);
+}
+
+#[test]
+fn group_commit_answers_every_submitter_and_loses_nothing() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (log, _, _) = reopen(dir.path(), LogOptions::default()).expect("a new log");
+    let commit = GroupCommit::start(log, GroupCommitOptions::default()).expect("a commit thread");
+    let producers = 4;
+    let batches = 50;
+    thread::scope(|scope| {
+        for producer in 0..producers {
+            let commit = &commit;
+            scope.spawn(move || {
+                for batch in 0..batches {
+                    let base = 1 + (producer * batches + batch) * 10;
+                    let payloads = (base..base + 10)
+                        .map(|seq| sent(seq, "durable").to_bytes())
+                        .collect();
+                    let (answer, answered) = mpsc::channel();
+                    commit.submit(Submission {
+                        payloads,
+                        seq_floor: base + 10,
+                        durable: batch % 2 == 0,
+                        done: Box::new(move |result| {
+                            let _ = answer.send(result);
+                        }),
+                    });
+                    let positions = answered
+                        .recv()
+                        .expect("an answer")
+                        .expect("a committed batch");
+                    assert_eq!(positions.len(), 10);
+                    assert!(positions.windows(2).all(|pair| pair[0] < pair[1]));
+                }
+            });
+        }
+    });
+    drop(commit.close());
+    let (_, ledger, recovery) = reopen(dir.path(), LogOptions::default()).expect("a reopen");
+    let expected = producers * batches * 10;
+    assert_eq!(recovery.records, expected);
+    assert_eq!(ledger.len() as u64, expected);
+    assert_eq!(ledger.next_seq(), expected + 1);
+}
+
+#[test]
+fn a_segment_torn_before_its_header_landed_is_dropped() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut log, mut ledger, _) = reopen(dir.path(), LogOptions::default()).expect("a new log");
+    send(&mut log, &mut ledger, 2);
+    log.sync().expect("an fsync");
+    drop(log);
+    let next = dir.path().join(format!("{:020}.log", 2));
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(&next)
+        .expect("a new segment file");
+    file.write_all(b"ACKB").expect("a torn header");
+    drop(file);
+    let (mut log, mut ledger, recovery) =
+        reopen(dir.path(), LogOptions::default()).expect("a reopen");
+    assert_eq!(recovery.records, 2);
+    assert!(!next.exists());
+    assert_eq!(log.active_segment(), 1);
+    send(&mut log, &mut ledger, 1);
+    assert_eq!(ledger.len(), 3);
+}
+
+#[test]
+fn records_read_together_come_back_in_the_order_asked_across_segments() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // Three sends per segment, so the positions span segments and runs.
+    let options = LogOptions { segment_bytes: 250 };
+    let (mut log, mut ledger, _) = reopen(dir.path(), options).expect("a new log");
+    let seqs: Vec<u64> = (0..4)
+        .flat_map(|_| send(&mut log, &mut ledger, 3))
+        .collect();
+    assert!(log.segments().len() >= 4, "{:?}", log.segments());
+    let mut asked: Vec<u64> = seqs.iter().rev().step_by(2).copied().collect();
+    asked.push(seqs[0]);
+    let positions: Vec<LogPosition> = asked
+        .iter()
+        .map(|&seq| ledger.message(QUEUE, seq).expect("a live message").position)
+        .collect();
+    let bodies: Vec<String> = log
+        .read_many(&positions)
+        .expect("the records")
+        .iter()
+        .map(|bytes| match Record::decode(bytes).expect("a record") {
+            Record::Sent(message) => message.body,
+            other => panic!("{other:?} is not a send"),
+        })
+        .collect();
+    let expected: Vec<String> = asked.iter().map(|seq| format!("body {seq}")).collect();
+    assert_eq!(bodies, expected);
+    // A position that does not frame a record is refused, not misread.
+    let mut wrong = positions[0];
+    wrong.offset += 1;
+    assert!(matches!(
+        log.read_many(&[wrong]),
+        Err(LogError::NoRecord(_))
+    ));
+    assert!(matches!(log.read(wrong), Err(LogError::NoRecord(_))));
+}
