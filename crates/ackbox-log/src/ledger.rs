@@ -91,6 +91,9 @@ pub struct Ledger {
     /// Live messages whose latest `Sent` is in each segment: a prefix of
     /// segments with none can be removed.
     live_per_segment: BTreeMap<u64, u64>,
+    /// Sends (and copies) ever applied in each segment: with the live count,
+    /// how much of a segment compaction would have to copy to free it.
+    sends_per_segment: BTreeMap<u64, u64>,
 }
 
 impl Ledger {
@@ -154,6 +157,7 @@ impl Ledger {
                     self.forget_live(replaced.position.segment);
                 }
                 *self.live_per_segment.entry(position.segment).or_default() += 1;
+                *self.sends_per_segment.entry(position.segment).or_default() += 1;
             }
             Record::Leased {
                 queue,
@@ -287,6 +291,21 @@ impl Ledger {
     /// it can be removed. `None` when no message is live.
     pub fn oldest_live_segment(&self) -> Option<u64> {
         self.live_per_segment.keys().next().copied()
+    }
+
+    /// Live messages whose send is in `segment`.
+    pub fn live_in(&self, segment: u64) -> u64 {
+        self.live_per_segment.get(&segment).copied().unwrap_or(0)
+    }
+
+    /// Sends (and copies) applied in `segment`, live or not.
+    pub fn sends_in(&self, segment: u64) -> u64 {
+        self.sends_per_segment.get(&segment).copied().unwrap_or(0)
+    }
+
+    /// Forgets the bookkeeping of segments below `segment`, once removed.
+    pub fn forget_segments_before(&mut self, segment: u64) {
+        self.sends_per_segment = self.sends_per_segment.split_off(&segment);
     }
 
     /// Live messages whose send is in a segment below `segment`: the ones

@@ -17,6 +17,8 @@
 //! - [`record`]: the records about standard queues and their binary form.
 //! - [`ledger`]: what the records add up to: live messages, receive order,
 //!   leases, and which segments hold nothing live.
+//! - [`compaction`]: removing what holds nothing live, copying forward the
+//!   few live messages that pin old segments.
 //! - [`group_commit`]: one thread, one write and one `fdatasync` per group.
 //!
 //! # Example
@@ -37,6 +39,7 @@
 //! ```
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod compaction;
 pub mod frame;
 pub mod group_commit;
 pub mod ledger;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread;
 
+use ackbox_log::compaction::{CompactionPolicy, CompactionReport, compact, copy_forward};
 use ackbox_log::group_commit::{GroupCommit, GroupCommitOptions, Submission};
 use ackbox_log::ledger::{Ledger, MessageState};
 use ackbox_log::log::{Log, LogError, LogOptions, LogPosition, Recovery};
@@ -28,6 +29,16 @@ fn sent(seq: u64, body: &str) -> Record {
         sender_id: "me".to_owned(),
         ..SentMessage::default()
     })
+}
+
+fn lease(seq: u64, visible_at: i64, receive_count: u32) -> Record {
+    Record::Leased {
+        queue: QUEUE,
+        seq,
+        visible_at,
+        receive_count,
+        first_received_at: 1_500,
+    }
 }
 
 /// Opens the log in `dir`, replaying it into a fresh ledger.
@@ -87,13 +98,7 @@ fn sends_leases_and_deletes_are_found_again_after_reopening() {
         &mut log,
         &mut ledger,
         &[
-            Record::Leased {
-                queue: QUEUE,
-                seq: seqs[0],
-                visible_at: 9_000,
-                receive_count: 1,
-                first_received_at: 2_000,
-            },
+            lease(seqs[0], 9_000, 1),
             Record::Deleted {
                 queue: QUEUE,
                 seq: seqs[1],
@@ -216,13 +221,7 @@ fn compaction_copies_live_messages_forward_and_sequence_numbers_never_repeat() {
         append(
             &mut log,
             &mut ledger,
-            &[Record::Leased {
-                queue: QUEUE,
-                seq: seqs[0],
-                visible_at: 7_000,
-                receive_count,
-                first_received_at: 2_000,
-            }],
+            &[lease(seqs[0], 7_000, receive_count)],
         );
     }
     let deletes: Vec<Record> = seqs[1..5]
@@ -231,34 +230,21 @@ fn compaction_copies_live_messages_forward_and_sequence_numbers_never_repeat() {
         .collect();
     append(&mut log, &mut ledger, &deletes);
 
-    // Compaction: copy what is live in the older segments to the newest.
-    let active = log.active_segment();
-    let live = ledger.live_before(active);
-    assert_eq!(
-        live.iter().map(|&(_, seq, _)| seq).collect::<Vec<_>>(),
-        vec![seqs[0], seqs[5]]
-    );
-    let copies: Vec<Record> = live
-        .iter()
-        .map(|&(_, seq, state)| {
-            let original =
-                Record::decode(&log.read(state.position).expect("a record")).expect("a send");
-            let Record::Sent(mut message) = original else {
-                panic!("{original:?} is not a send");
-            };
-            message.visible_at = state.visible_at;
-            message.receive_count = state.receive_count;
-            message.first_received_at = state.first_received_at;
-            assert_eq!(message.seq, seq);
-            Record::Sent(message)
-        })
-        .collect();
-    append(&mut log, &mut ledger, &copies);
-    let reclaimable = ledger.oldest_live_segment().expect("live messages");
-    let removed = log.remove_segments_before(reclaimable).expect("a removal");
+    // Compaction, told to copy however much of a segment is live.
+    let copy_anything = CompactionPolicy {
+        max_live_share: 1.0,
+        ..CompactionPolicy::default()
+    };
+    let report = compact(&mut log, &mut ledger, copy_anything).expect("a compaction");
     // A segment per send (a send fills one), one for both leases, one for
-    // the deletes: everything before the copies' segment.
-    assert_eq!(removed, 8);
+    // the deletes: everything before the copies' segments.
+    assert_eq!(
+        report,
+        CompactionReport {
+            copied: 2,
+            removed: 8
+        }
+    );
     log.sync().expect("an fsync");
     let next_seq = ledger.next_seq();
     let before = states(&ledger, seqs.iter().copied());
@@ -413,4 +399,66 @@ fn records_read_together_come_back_in_the_order_asked_across_segments() {
         Err(LogError::NoRecord(_))
     ));
     assert!(matches!(log.read(wrong), Err(LogError::NoRecord(_))));
+}
+
+#[test]
+fn compaction_leaves_a_live_backlog_alone_and_frees_what_one_straggler_pins() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    // Ten sends of a batch fill a segment.
+    let options = LogOptions { segment_bytes: 700 };
+    let (mut log, mut ledger, _) = reopen(dir.path(), options).expect("a new log");
+    let batches: Vec<Vec<u64>> = (0..4).map(|_| send(&mut log, &mut ledger, 10)).collect();
+    let first_segments = log.segments();
+    assert_eq!(
+        compact(&mut log, &mut ledger, CompactionPolicy::default()).expect("a compaction"),
+        CompactionReport::default(),
+        "a live backlog was rewritten"
+    );
+    assert_eq!(log.segments(), first_segments);
+
+    // All but one message of the first batch and all of the second go: the
+    // straggler (a tenth of its segment) is copied, and both segments freed.
+    let straggler = batches[0][3];
+    let gone: Vec<Record> = batches[0]
+        .iter()
+        .chain(&batches[1])
+        .filter(|&&seq| seq != straggler)
+        .map(|&seq| Record::Deleted { queue: QUEUE, seq })
+        .collect();
+    append(&mut log, &mut ledger, &gone);
+    let report = compact(&mut log, &mut ledger, CompactionPolicy::default()).expect("a compaction");
+    assert_eq!(
+        report,
+        CompactionReport {
+            copied: 1,
+            removed: 2
+        }
+    );
+    let live = states(&ledger, batches.concat());
+    drop(log);
+    let (_, reopened, _) = reopen(dir.path(), options).expect("a reopen");
+    assert_eq!(states(&reopened, batches.concat()), live);
+    assert_eq!(reopened.len(), 21);
+}
+
+#[test]
+fn a_crash_between_copying_forward_and_removing_keeps_one_message_with_its_latest_state() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut log, mut ledger, _) = reopen(dir.path(), LogOptions::default()).expect("a new log");
+    let seqs = send(&mut log, &mut ledger, 2);
+    append(&mut log, &mut ledger, &[lease(seqs[0], 4_000, 1)]);
+    // The copies are appended and fsync'd; the crash comes before removal.
+    let state = *ledger.message(QUEUE, seqs[0]).expect("a live message");
+    let copy = copy_forward(&log.read(state.position).expect("a record"), &state).expect("a copy");
+    append(&mut log, &mut ledger, &[copy]);
+    // A lease after the copy must still count.
+    append(&mut log, &mut ledger, &[lease(seqs[0], 9_000, 2)]);
+    log.sync().expect("an fsync");
+    let before = states(&ledger, seqs.iter().copied());
+    drop(log);
+    let (_, reopened, _) = reopen(dir.path(), LogOptions::default()).expect("a reopen");
+    assert_eq!(reopened.len(), 2);
+    assert_eq!(states(&reopened, seqs.iter().copied()), before);
+    assert_eq!(before[0], Some((9_000, 2)));
+    assert_eq!(reopened.deliverable(QUEUE, 1_000, 10), vec![seqs[1]]);
 }

@@ -1,0 +1,110 @@
+//! Reclaiming segments: removing those that hold nothing live, and copying
+//! forward the few live messages that would otherwise pin an old segment —
+//! and every segment after it — on disk.
+//!
+//! Only a prefix of segments is ever removed: a later segment may hold a
+//! lease of a message whose send is in an earlier one. The oldest segment
+//! that still holds a live send is copied forward only when little of it is
+//! live (by default at most a tenth of its sends), so a deep backlog at a
+//! queue's head is left where it is instead of being rewritten again and
+//! again; a message delayed, retried or forgotten for days costs one copy.
+//!
+//! Crash safety comes from the order: the copies are appended and fsync'd
+//! before any segment is removed, and segments are removed oldest first. A
+//! crash between the two leaves both the original and the copy, and replay
+//! keeps the later one; a crash mid-removal leaves a shorter prefix removed.
+
+use crate::ledger::{Ledger, MessageState};
+use crate::log::{Log, LogError};
+use crate::record::Record;
+
+/// When a segment is worth copying out of.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactionPolicy {
+    /// Copy the oldest live segment forward only when at most this share of
+    /// the sends in it are live.
+    pub max_live_share: f64,
+    /// Copy at most this many messages in one call, so a caller holding the
+    /// log is not held for long.
+    pub max_copies: u64,
+}
+
+impl Default for CompactionPolicy {
+    fn default() -> Self {
+        Self {
+            max_live_share: 0.1,
+            max_copies: 10_000,
+        }
+    }
+}
+
+/// What one [`compact`] call did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CompactionReport {
+    /// Live messages appended again, as sends with their current state.
+    pub copied: u64,
+    /// Segment files removed.
+    pub removed: u64,
+}
+
+/// Removes every segment before the oldest live one, copying forward the
+/// live messages of the oldest segments while the policy allows, and fsyncs
+/// the copies before anything they replace is removed.
+pub fn compact(
+    log: &mut Log,
+    ledger: &mut Ledger,
+    policy: CompactionPolicy,
+) -> Result<CompactionReport, LogError> {
+    let mut report = CompactionReport::default();
+    // Copies land from here on; copying them again would only churn.
+    let copies_from = log.active_segment();
+    loop {
+        let active = log.active_segment();
+        let oldest_live = ledger.oldest_live_segment().unwrap_or(active).min(active);
+        report.removed += log.remove_segments_before(oldest_live)? as u64;
+        ledger.forget_segments_before(oldest_live);
+        if oldest_live >= copies_from {
+            return Ok(report);
+        }
+        let live = ledger.live_in(oldest_live);
+        let share = live as f64 / ledger.sends_in(oldest_live).max(1) as f64;
+        if share > policy.max_live_share || report.copied + live > policy.max_copies {
+            return Ok(report);
+        }
+        let messages = ledger.live_before(oldest_live + 1);
+        let positions: Vec<_> = messages
+            .iter()
+            .map(|(_, _, state)| state.position)
+            .collect();
+        let copies = log
+            .read_many(&positions)?
+            .iter()
+            .zip(&messages)
+            .map(|(payload, (_, _, state))| copy_forward(payload, state))
+            .collect::<Result<Vec<_>, _>>()?;
+        ledger.append_to(log, &copies)?;
+        log.sync()?;
+        report.copied += copies.len() as u64;
+    }
+}
+
+/// The send record found at `state.position` (its bytes are `payload`),
+/// carrying the message's current state: what compaction appends again.
+pub fn copy_forward(payload: &[u8], state: &MessageState) -> Result<Record, LogError> {
+    let damaged = |reason: String| LogError::Damaged {
+        segment: state.position.segment,
+        offset: state.position.offset,
+        reason,
+    };
+    match Record::decode(payload).map_err(|error| damaged(error.to_string()))? {
+        Record::Sent(mut message) => {
+            message.visible_at = state.visible_at;
+            message.receive_count = state.receive_count;
+            message.first_received_at = state.first_received_at;
+            Ok(Record::Sent(message))
+        }
+        other => Err(damaged(format!(
+            "a live message's position holds {other:?}, not its send"
+        ))),
+    }
+}
