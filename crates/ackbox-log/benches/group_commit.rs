@@ -6,11 +6,10 @@
 //! share. `/var/tmp` is used rather than a tmpfs so the fsyncs reach a disk.
 #![allow(missing_docs)]
 
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ackbox_log::group_commit::{GroupCommit, GroupCommitOptions, Submission};
+use ackbox_log::group_commit::{GroupCommit, GroupCommitOptions};
 use ackbox_log::log::{Log, LogOptions};
 use ackbox_log::record::{Record, SentMessage};
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -37,7 +36,7 @@ fn batch(first_seq: u64) -> Vec<Vec<u8>> {
 fn durable_sends(criterion: &mut Criterion) {
     let dir = tempfile::tempdir_in("/var/tmp").expect("a temporary directory on disk");
     let (log, _) = Log::open(dir.path(), LogOptions::default(), |_, _| Ok(())).expect("a log");
-    let commit = GroupCommit::start(log, GroupCommitOptions::default()).expect("a commit thread");
+    let commit = GroupCommit::start(log, GroupCommitOptions::default()).expect("a flusher");
     let mut group = criterion.benchmark_group("group commit");
     group.measurement_time(Duration::from_secs(5));
     // 4 is W1's shape; 1 and 8 show whether the rate follows the number of
@@ -60,22 +59,13 @@ fn run_producers(commit: &GroupCommit, producers: u64, iterations: u64) -> Durat
     thread::scope(|scope| {
         for producer in 0..producers {
             scope.spawn(move || {
-                let (answer, answered) = mpsc::channel();
                 for round in 0..per_producer {
                     let first_seq = (producer * per_producer + round) * BATCH;
-                    let answer = answer.clone();
-                    commit.submit(Submission {
-                        payloads: batch(first_seq),
-                        seq_floor: first_seq + BATCH,
-                        durable: true,
-                        done: Box::new(move |result| {
-                            let _ = answer.send(result);
-                        }),
-                    });
-                    answered
-                        .recv()
-                        .expect("an answer")
-                        .expect("a durable batch");
+                    let payloads = batch(first_seq);
+                    let (_, lsn) = commit
+                        .append(payloads.iter().map(Vec::as_slice), first_seq + BATCH)
+                        .expect("an append");
+                    commit.wait_durable(lsn).expect("a durable batch");
                 }
             });
         }

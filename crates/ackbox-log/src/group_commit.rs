@@ -1,22 +1,29 @@
-//! Group commit: one thread owns the [`Log`], takes every submission that
-//! arrived while it was writing or fsyncing, appends them as one write and
-//! covers them with one `fdatasync`.
+//! Group commit: callers append to the log themselves, and one flusher
+//! thread covers everything appended so far with one `fdatasync`, again and
+//! again, answering each caller once the sync passes its records.
 //!
-//! Callers are answered through a callback, so a blocking caller can wait on
-//! a channel and an async one on a oneshot. Submissions are appended in the
-//! order they were submitted: a caller that applies records to a
-//! [`Ledger`](crate::ledger::Ledger) under a lock and submits under the same
-//! lock keeps the ledger and the log in one order.
+//! Callers append on their own thread because they need their records'
+//! positions at once: a store decides what to write and applies it to its
+//! [`Ledger`](crate::ledger::Ledger) under one lock, and taking the log's
+//! lock inside it keeps the ledger and the log in one order. Only the wait
+//! for the disk is shared. A caller that needs durability (a send) waits for
+//! the flusher; one that does not (a lease, a delete: a crash only delivers
+//! the message again) goes on, and the flusher syncs its records within
+//! [`GroupCommitOptions::sync_interval`] or with the next durable append.
+//!
+//! Appends are counted in bytes since the log was opened (the LSN); a
+//! segment is fsync'd whole before the next begins, so syncing the newest
+//! segment up to an LSN makes everything before it durable.
 
-use std::sync::Arc;
-use std::sync::mpsc::{self, RecvTimeoutError};
+use std::fs::File;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::log::{Log, LogError, LogPosition};
 
-/// Why a submission was not appended (or not made durable). Every submission
-/// of a failed group gets the same error.
+/// Why records were not made durable. Every waiter of a failed sync gets the
+/// same error, and so does every later append: the log is poisoned.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(transparent)]
 pub struct CommitError(Arc<LogError>);
@@ -28,38 +35,22 @@ impl CommitError {
     }
 }
 
-/// What a submission's caller hears: where each payload was appended.
-pub type CommitResult = Result<Vec<LogPosition>, CommitError>;
-
-/// Records to append together, and who to tell.
-pub struct Submission {
-    /// The records' binary forms, in order.
-    pub payloads: Vec<Vec<u8>>,
-    /// The next sequence number the caller would hand out (see [`Log::append`]).
-    pub seq_floor: u64,
-    /// Answer only after an `fdatasync` covers the records (a send); otherwise
-    /// after the write (a lease or delete, which a crash may lose: the message
-    /// is only delivered again).
-    pub durable: bool,
-    /// Called once, on the commit thread.
-    pub done: Box<dyn FnOnce(CommitResult) + Send>,
-}
-
-impl std::fmt::Debug for Submission {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter
-            .debug_struct("Submission")
-            .field("payloads", &self.payloads.len())
-            .field("seq_floor", &self.seq_floor)
-            .field("durable", &self.durable)
-            .finish_non_exhaustive()
+impl From<LogError> for CommitError {
+    fn from(error: LogError) -> Self {
+        Self(Arc::new(error))
     }
 }
 
-/// How the commit thread treats writes nobody waits to see durable.
+/// A point in the log: bytes appended since it was opened.
+pub type Lsn = u64;
+
+/// Called once the records before an LSN are durable, or with why not.
+pub type DurableCallback = Box<dyn FnOnce(Result<(), CommitError>) + Send>;
+
+/// How the flusher treats appends nobody waits to see durable.
 #[derive(Debug, Clone, Copy)]
 pub struct GroupCommitOptions {
-    /// The longest a non-durable write stays un-fsync'd while the log is idle.
+    /// The longest an append stays un-fsync'd when nobody waits for it.
     pub sync_interval: Duration,
 }
 
@@ -71,129 +62,314 @@ impl Default for GroupCommitOptions {
     }
 }
 
-/// The commit thread's handle. Dropping it (or [`GroupCommit::close`]) lets
-/// the thread finish what was submitted and stop.
-#[derive(Debug)]
+struct Progress {
+    appended: Lsn,
+    synced: Lsn,
+    /// The file holding `appended`'s bytes: the newest segment.
+    file: Arc<File>,
+    /// When `synced` last fell behind `appended`.
+    unsynced_since: Option<Instant>,
+    waiters: Vec<(Lsn, DurableCallback)>,
+    failed: Option<CommitError>,
+    closing: bool,
+}
+
+struct Shared {
+    progress: Mutex<Progress>,
+    wake: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Progress> {
+        // A panic while holding it leaves plain numbers behind, still true.
+        self.progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// A log shared by appending threads, with a flusher thread behind it.
 pub struct GroupCommit {
-    submissions: mpsc::Sender<Submission>,
-    thread: JoinHandle<Log>,
+    log: RwLock<Log>,
+    shared: Arc<Shared>,
+    flusher: Flusher,
+}
+
+/// The flusher thread, stopped (after a last sync) when dropped.
+struct Flusher {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Flusher {
+    fn stop(&mut self) {
+        self.shared.lock().closing = true;
+        self.shared.wake.notify_one();
+        if let Some(thread) = self.thread.take()
+            && let Err(panic) = thread.join()
+        {
+            std::panic::resume_unwind(panic);
+        }
+    }
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl std::fmt::Debug for GroupCommit {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let progress = self.shared.lock();
+        formatter
+            .debug_struct("GroupCommit")
+            .field("appended", &progress.appended)
+            .field("synced", &progress.synced)
+            .finish_non_exhaustive()
+    }
 }
 
 impl GroupCommit {
-    /// Starts the commit thread, which owns `log` until [`GroupCommit::close`].
+    /// Starts the flusher for `log`, everything in which is taken as durable
+    /// (it was recovered from disk or just created).
     pub fn start(log: Log, options: GroupCommitOptions) -> Result<Self, LogError> {
-        let (submissions, receiver) = mpsc::channel();
+        let shared = Arc::new(Shared {
+            progress: Mutex::new(Progress {
+                appended: 0,
+                synced: 0,
+                file: log.active_file()?,
+                unsynced_since: None,
+                waiters: Vec::new(),
+                failed: None,
+                closing: false,
+            }),
+            wake: Condvar::new(),
+        });
+        let flusher_shared = Arc::clone(&shared);
         let thread = thread::Builder::new()
-            .name("ackbox-log-commit".to_owned())
-            .spawn(move || run(log, &receiver, options))
+            .name("ackbox-log-flush".to_owned())
+            .spawn(move || flush(&flusher_shared, options))
             .map_err(|source| LogError::Io {
-                operation: "spawn the commit thread for",
+                operation: "spawn the flusher for",
                 path: std::path::PathBuf::new(),
                 source,
             })?;
         Ok(Self {
-            submissions,
-            thread,
+            log: RwLock::new(log),
+            shared: Arc::clone(&shared),
+            flusher: Flusher {
+                shared,
+                thread: Some(thread),
+            },
         })
     }
 
-    /// Queues `submission` for the next group. When the commit thread has
-    /// stopped, the submission's callback hears why, at once.
-    pub fn submit(&self, submission: Submission) {
-        if let Err(mpsc::SendError(submission)) = self.submissions.send(submission) {
-            (submission.done)(Err(CommitError(Arc::new(LogError::Poisoned(
-                "the commit thread has stopped".to_owned(),
-            )))));
+    /// Appends `payloads` as one write and returns where each went and the
+    /// LSN they end at; durable once [`GroupCommit::when_durable`] says so.
+    pub fn append<'a>(
+        &self,
+        payloads: impl IntoIterator<Item = &'a [u8]>,
+        seq_floor: u64,
+    ) -> Result<(Vec<LogPosition>, Lsn), CommitError> {
+        let mut log = self.write_log();
+        if let Some(error) = &self.shared.lock().failed {
+            return Err(error.clone());
         }
-    }
-
-    /// Waits for everything submitted to be written and fsync'd, and hands
-    /// the log back.
-    pub fn close(self) -> Log {
-        drop(self.submissions);
-        match self.thread.join() {
-            Ok(log) => log,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    }
-}
-
-fn run(mut log: Log, receiver: &mpsc::Receiver<Submission>, options: GroupCommitOptions) -> Log {
-    // When the oldest write nobody waited to see durable was made.
-    let mut unsynced_since: Option<Instant> = None;
-    let mut group = Vec::new();
-    loop {
-        let first = match unsynced_since {
-            Some(since) => {
-                let wait = options.sync_interval.saturating_sub(since.elapsed());
-                match receiver.recv_timeout(wait) {
-                    Ok(submission) => submission,
-                    Err(RecvTimeoutError::Timeout) => {
-                        // A failed sync poisons the log; the next group hears of it.
-                        let _ = log.sync();
-                        unsynced_since = None;
-                        continue;
-                    }
-                    Err(RecvTimeoutError::Disconnected) => break,
+        let segment = log.active_segment();
+        let before = log.active_len();
+        let positions = log.append(payloads, seq_floor)?;
+        let rolled = log.active_segment() != segment;
+        // A roll synced the old segment whole; only the new one's bytes count.
+        let written = if rolled {
+            log.active_len()
+        } else {
+            log.active_len() - before
+        };
+        let file = if rolled {
+            match log.active_file() {
+                Ok(file) => Some(file),
+                Err(error) => {
+                    // The flusher could not sync the new segment: nothing
+                    // appended from here on may be called durable.
+                    let error = CommitError::from(error);
+                    self.shared.lock().failed = Some(error.clone());
+                    self.shared.wake.notify_one();
+                    return Err(error);
                 }
             }
-            None => match receiver.recv() {
-                Ok(submission) => submission,
-                Err(mpsc::RecvError) => break,
-            },
-        };
-        group.push(first);
-        group.extend(receiver.try_iter());
-        if commit_group(&mut log, &mut group) {
-            let since = *unsynced_since.get_or_insert_with(Instant::now);
-            if since.elapsed() >= options.sync_interval {
-                let _ = log.sync();
-                unsynced_since = None;
-            }
         } else {
-            unsynced_since = None;
+            None
+        };
+        let mut progress = self.shared.lock();
+        progress.appended += written;
+        if let Some(file) = file {
+            progress.file = file;
+        }
+        // The flusher sleeps until someone waits or the interval runs out;
+        // only the first unsynced append starts that interval's clock.
+        let starts_interval = progress.unsynced_since.is_none() && written > 0;
+        if starts_interval {
+            progress.unsynced_since = Some(Instant::now());
+        }
+        let lsn = progress.appended;
+        drop(progress);
+        if starts_interval {
+            self.shared.wake.notify_one();
+        }
+        Ok((positions, lsn))
+    }
+
+    /// Calls `done` once everything up to `lsn` is durable (at once if it is
+    /// already), on the flusher thread or this one.
+    pub fn when_durable(&self, lsn: Lsn, done: DurableCallback) {
+        let mut progress = self.shared.lock();
+        if let Some(error) = &progress.failed {
+            let error = error.clone();
+            drop(progress);
+            return done(Err(error));
+        }
+        if progress.synced >= lsn {
+            drop(progress);
+            return done(Ok(()));
+        }
+        // A flusher that is asleep has no waiters; one with waiters is
+        // syncing and looks for more when it is done.
+        let flusher_asleep = progress.waiters.is_empty();
+        progress.waiters.push((lsn, done));
+        drop(progress);
+        if flusher_asleep {
+            self.shared.wake.notify_one();
         }
     }
-    if unsynced_since.is_some() {
-        // Nobody is left to tell; a failure here is found by the next open.
-        let _ = log.sync();
+
+    /// Blocks until everything up to `lsn` is durable.
+    pub fn wait_durable(&self, lsn: Lsn) -> Result<(), CommitError> {
+        let (answer, answered) = std::sync::mpsc::sync_channel(1);
+        self.when_durable(
+            lsn,
+            Box::new(move |result| {
+                let _ = answer.send(result);
+            }),
+        );
+        answered.recv().unwrap_or_else(|_| {
+            Err(CommitError::from(LogError::Poisoned(
+                "the flusher stopped".to_owned(),
+            )))
+        })
     }
-    log
+
+    /// The log, for reads (several at once, beside no append).
+    pub fn read_log(&self) -> RwLockReadGuard<'_, Log> {
+        self.log
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The log, for maintenance: compaction, removing segments.
+    pub fn write_log(&self) -> RwLockWriteGuard<'_, Log> {
+        self.log
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Syncs what was appended, answers every waiter, stops the flusher and
+    /// hands the log back.
+    pub fn close(self) -> Log {
+        let Self {
+            log, mut flusher, ..
+        } = self;
+        flusher.stop();
+        log.into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
-/// Appends a group as one write, fsyncs it if anyone waits for that, and
-/// answers everyone. Returns whether writes are left un-fsync'd.
-fn commit_group(log: &mut Log, group: &mut Vec<Submission>) -> bool {
-    let seq_floor = group.iter().map(|s| s.seq_floor).max().unwrap_or(0);
-    let durable = group.iter().any(|s| s.durable);
-    let appended = log
-        .append(
-            group
-                .iter()
-                .flat_map(|s| s.payloads.iter().map(Vec::as_slice)),
-            seq_floor,
-        )
-        .and_then(|positions| {
-            if durable {
-                log.sync()?;
+/// The flusher: whenever someone waits for an LSN not yet synced, or an
+/// append has waited `sync_interval`, fsync the newest segment up to what
+/// was appended by then, and answer the waiters it covers.
+fn flush(shared: &Shared, options: GroupCommitOptions) {
+    let mut progress = shared.lock();
+    loop {
+        let behind = progress.appended > progress.synced;
+        let waited_long = progress
+            .unsynced_since
+            .is_some_and(|since| since.elapsed() >= options.sync_interval);
+        let due = behind
+            && (!progress.waiters.is_empty() || waited_long || progress.closing)
+            && progress.failed.is_none();
+        if !due {
+            // Waiters the sync already covers (or a failure answers) go now.
+            let ready = answerable(&mut progress);
+            if !ready.is_empty() {
+                drop(progress);
+                call(ready);
+                progress = shared.lock();
+                continue;
             }
-            Ok(positions)
-        })
-        .map_err(|error| CommitError(Arc::new(error)));
-    match appended {
-        Ok(positions) => {
-            let mut positions = positions.into_iter();
-            for submission in group.drain(..) {
-                let mine = positions.by_ref().take(submission.payloads.len()).collect();
-                (submission.done)(Ok(mine));
+            if progress.closing {
+                return;
             }
-            !durable
+            let wait = match progress.unsynced_since {
+                Some(since) if behind => options.sync_interval.saturating_sub(since.elapsed()),
+                _ => Duration::from_secs(3600),
+            };
+            progress = shared
+                .wake
+                .wait_timeout(progress, wait)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+            continue;
         }
-        Err(error) => {
-            for submission in group.drain(..) {
-                (submission.done)(Err(error.clone()));
+        let target = progress.appended;
+        let file = Arc::clone(&progress.file);
+        drop(progress);
+        let synced = file.sync_data();
+        progress = shared.lock();
+        match synced {
+            Ok(()) => {
+                progress.synced = progress.synced.max(target);
+                if progress.synced >= progress.appended {
+                    progress.unsynced_since = None;
+                }
             }
-            false
+            Err(source) => {
+                progress.failed = Some(CommitError::from(LogError::Poisoned(format!(
+                    "fdatasync of the newest segment failed: {source}"
+                ))));
+            }
         }
+        let ready = answerable(&mut progress);
+        drop(progress);
+        call(ready);
+        progress = shared.lock();
+    }
+}
+
+/// Takes the waiters that the sync so far (or a failure) answers, to be
+/// called once the lock is let go: a callback may append or wait again.
+fn answerable(progress: &mut Progress) -> Vec<(DurableCallback, Result<(), CommitError>)> {
+    let synced = progress.synced;
+    let failed = progress.failed.clone();
+    let mut ready = Vec::new();
+    let mut index = 0;
+    while index < progress.waiters.len() {
+        if failed.is_some() || progress.waiters[index].0 <= synced {
+            let (_, done) = progress.waiters.swap_remove(index);
+            let result = match &failed {
+                Some(error) => Err(error.clone()),
+                None => Ok(()),
+            };
+            ready.push((done, result));
+        } else {
+            index += 1;
+        }
+    }
+    ready
+}
+
+fn call(ready: Vec<(DurableCallback, Result<(), CommitError>)>) {
+    for (done, result) in ready {
+        done(result);
     }
 }

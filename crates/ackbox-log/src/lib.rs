@@ -19,7 +19,8 @@
 //!   leases, and which segments hold nothing live.
 //! - [`compaction`]: removing what holds nothing live, copying forward the
 //!   few live messages that pin old segments.
-//! - [`group_commit`]: one thread, one write and one `fdatasync` per group.
+//! - [`group_commit`]: callers append; a flusher thread covers them all with
+//!   one `fdatasync` and answers whoever waits.
 //!
 //! # Example
 //! ```

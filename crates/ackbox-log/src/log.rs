@@ -17,6 +17,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::frame::{FRAME_HEADER_BYTES, FrameRead, InvalidFrame, encode_frame, next_frame};
 
@@ -434,6 +435,20 @@ impl Log {
             sync_dir(&self.dir)?;
         }
         Ok(doomed.len())
+    }
+
+    /// Bytes in the segment being appended to.
+    pub fn active_len(&self) -> u64 {
+        self.active_len
+    }
+
+    /// Another handle on the segment being appended to, for a thread that
+    /// fsyncs it while appends go on.
+    pub fn active_file(&self) -> Result<Arc<File>, LogError> {
+        self.active.try_clone().map(Arc::new).map_err(io_error(
+            "duplicate the handle of",
+            &segment_path(&self.dir, self.active_segment),
+        ))
     }
 
     /// The segment being appended to.
