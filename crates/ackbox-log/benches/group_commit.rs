@@ -6,6 +6,8 @@
 //! share. `/var/tmp` is used rather than a tmpfs so the fsyncs reach a disk.
 #![allow(missing_docs)]
 
+mod support;
+
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,10 +24,7 @@ fn batch(first_seq: u64) -> Vec<Vec<u8>> {
             Record::Sent(SentMessage {
                 queue: 1,
                 seq,
-                body: "x".repeat(256),
-                message_id: "0d6c8f2e-8a3b-4c7e-9a41-3b5f0e2d9c11".to_owned(),
-                md5_of_body: "4c2b1e8f0a9d7c6b5a4f3e2d1c0b9a88".to_owned(),
-                sender_id: "AIDAEXAMPLE".to_owned(),
+                content: support::content(),
                 ..SentMessage::default()
             })
             .to_bytes()

@@ -5,6 +5,8 @@
 //! message (README, Performance).
 #![allow(missing_docs)]
 
+mod support;
+
 use std::hint::black_box;
 
 use ackbox_log::ledger::Ledger;
@@ -21,10 +23,7 @@ fn sent(seq: u64, now: i64) -> Record {
         seq,
         sent_at: now,
         visible_at: now,
-        message_id: "0d6c8f2e-8a3b-4c7e-9a41-3b5f0e2d9c11".to_owned(),
-        body: "x".repeat(256),
-        md5_of_body: "4c2b1e8f0a9d7c6b5a4f3e2d1c0b9a88".to_owned(),
-        sender_id: "AIDAEXAMPLE".to_owned(),
+        content: support::content(),
         ..SentMessage::default()
     })
 }

@@ -15,7 +15,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 
-use crate::log::{Log, LogError, LogPosition};
+use std::path::Path;
+
+use crate::log::{Log, LogError, LogOptions, LogPosition, Recovery};
 use crate::record::Record;
 
 /// What the ledger knows of one live message.
@@ -105,6 +107,22 @@ impl Ledger {
             next_seq: seq_floor.max(1),
             ..Self::default()
         }
+    }
+
+    /// Opens the log in `dir` and rebuilds the ledger from every record in
+    /// it (see [`Log::open`] for what recovery repairs and what it refuses).
+    pub fn recover(dir: &Path, options: LogOptions) -> Result<(Log, Self, Recovery), LogError> {
+        let mut replayed = Vec::new();
+        let (log, recovery) = Log::open(dir, options, |position, payload| {
+            let record = Record::decode(payload).map_err(|error| error.to_string())?;
+            replayed.push((record, position));
+            Ok(())
+        })?;
+        let mut ledger = Self::new(recovery.seq_floor);
+        for (record, position) in &replayed {
+            ledger.apply(record, *position);
+        }
+        Ok((log, ledger, recovery))
     }
 
     /// Takes `count` fresh sequence numbers.

@@ -19,6 +19,8 @@
 //!   leases, and which segments hold nothing live.
 //! - [`compaction`]: removing what holds nothing live, copying forward the
 //!   few live messages that pin old segments.
+//! - [`queues`]: standard-queue semantics over both: send, receive under a
+//!   lease, delete, change visibility, purge.
 //! - [`group_commit`]: callers append; a flusher thread covers them all with
 //!   one `fdatasync` and answers whoever waits.
 //!
@@ -26,13 +28,14 @@
 //! ```
 //! use ackbox_log::ledger::Ledger;
 //! use ackbox_log::log::{Log, LogOptions};
-//! use ackbox_log::record::{Record, SentMessage};
+//! use ackbox_log::record::{Content, Record, SentMessage};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let (mut log, recovery) = Log::open(dir.path(), LogOptions::default(), |_, _| Ok(()))?;
 //! let mut ledger = Ledger::new(recovery.seq_floor);
 //! let seq = ledger.allocate_seqs(1).start;
-//! let sent = Record::Sent(SentMessage { queue: 1, seq, body: "hello".into(), ..Default::default() });
+//! let content = Content { body: "hello".into(), ..Content::default() };
+//! let sent = Record::Sent(SentMessage { queue: 1, seq, content, ..SentMessage::default() });
 //! ledger.append_to(&mut log, &[sent])?;
 //! log.sync()?;
 //! assert_eq!(ledger.deliverable(1, 0, 10), vec![seq]);
@@ -45,4 +48,5 @@ pub mod frame;
 pub mod group_commit;
 pub mod ledger;
 pub mod log;
+pub mod queues;
 pub mod record;

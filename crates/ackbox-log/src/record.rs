@@ -10,6 +10,25 @@
 //! one tag byte first; an unknown tag or a short field is an error, never a
 //! guess.
 
+/// What a sender gave: the message itself, never changed after the send.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Content {
+    /// The SQS message id.
+    pub message_id: String,
+    /// The body.
+    pub body: String,
+    /// Message attributes as a JSON object, when there are any.
+    pub attributes: Option<String>,
+    /// MD5 of the body, hex.
+    pub md5_of_body: String,
+    /// MD5 of the attributes, hex.
+    pub md5_of_attributes: Option<String>,
+    /// The AWS X-Ray trace header system attribute.
+    pub trace_header: Option<String>,
+    /// Who sent it.
+    pub sender_id: String,
+}
+
 /// A message as it was sent, with its delivery state when this record was
 /// written.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -26,20 +45,8 @@ pub struct SentMessage {
     pub receive_count: u32,
     /// Epoch milliseconds of the first delivery.
     pub first_received_at: Option<i64>,
-    /// The SQS message id.
-    pub message_id: String,
-    /// The body.
-    pub body: String,
-    /// Message attributes as a JSON object, when there are any.
-    pub attributes: Option<String>,
-    /// MD5 of the body, hex.
-    pub md5_of_body: String,
-    /// MD5 of the attributes, hex.
-    pub md5_of_attributes: Option<String>,
-    /// The AWS X-Ray trace header system attribute.
-    pub trace_header: Option<String>,
-    /// Who sent it.
-    pub sender_id: String,
+    /// The message itself.
+    pub content: Content,
 }
 
 /// One change to a standard queue's messages.
@@ -131,13 +138,14 @@ impl Record {
                 put_i64(out, message.visible_at);
                 put_u32(out, message.receive_count);
                 put_optional_i64(out, message.first_received_at);
-                put_str(out, &message.message_id);
-                put_str(out, &message.body);
-                put_optional_str(out, message.attributes.as_deref());
-                put_str(out, &message.md5_of_body);
-                put_optional_str(out, message.md5_of_attributes.as_deref());
-                put_optional_str(out, message.trace_header.as_deref());
-                put_str(out, &message.sender_id);
+                let content = &message.content;
+                put_str(out, &content.message_id);
+                put_str(out, &content.body);
+                put_optional_str(out, content.attributes.as_deref());
+                put_str(out, &content.md5_of_body);
+                put_optional_str(out, content.md5_of_attributes.as_deref());
+                put_optional_str(out, content.trace_header.as_deref());
+                put_str(out, &content.sender_id);
             }
             Self::Leased {
                 queue,
@@ -194,13 +202,15 @@ impl Record {
                 visible_at: reader.i64("visible_at")?,
                 receive_count: reader.u32("receive_count")?,
                 first_received_at: reader.optional_i64("first_received_at")?,
-                message_id: reader.string("message_id")?,
-                body: reader.string("body")?,
-                attributes: reader.optional_string("attributes")?,
-                md5_of_body: reader.string("md5_of_body")?,
-                md5_of_attributes: reader.optional_string("md5_of_attributes")?,
-                trace_header: reader.optional_string("trace_header")?,
-                sender_id: reader.string("sender_id")?,
+                content: Content {
+                    message_id: reader.string("message_id")?,
+                    body: reader.string("body")?,
+                    attributes: reader.optional_string("attributes")?,
+                    md5_of_body: reader.string("md5_of_body")?,
+                    md5_of_attributes: reader.optional_string("md5_of_attributes")?,
+                    trace_header: reader.optional_string("trace_header")?,
+                    sender_id: reader.string("sender_id")?,
+                },
             }),
             LEASED => Self::Leased {
                 queue: reader.u64("queue")?,
@@ -357,13 +367,15 @@ mod tests {
                     visible_at,
                     receive_count,
                     first_received_at,
-                    message_id,
-                    body,
-                    attributes,
-                    md5_of_body,
-                    md5_of_attributes,
-                    trace_header,
-                    sender_id,
+                    content: Content {
+                        message_id,
+                        body,
+                        attributes,
+                        md5_of_body,
+                        md5_of_attributes,
+                        trace_header,
+                        sender_id,
+                    },
                 },
             )
     }

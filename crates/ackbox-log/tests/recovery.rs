@@ -13,7 +13,7 @@ use ackbox_log::compaction::{CompactionPolicy, CompactionReport, compact, copy_f
 use ackbox_log::group_commit::{GroupCommit, GroupCommitOptions};
 use ackbox_log::ledger::{Ledger, MessageState};
 use ackbox_log::log::{Log, LogError, LogOptions, LogPosition, Recovery};
-use ackbox_log::record::{Record, SentMessage};
+use ackbox_log::record::{Content, Record, SentMessage};
 
 const QUEUE: u64 = 3;
 
@@ -23,10 +23,13 @@ fn sent(seq: u64, body: &str) -> Record {
         seq,
         sent_at: 1_000,
         visible_at: 1_000,
-        message_id: format!("id-{seq}"),
-        body: body.to_owned(),
-        md5_of_body: "md5".to_owned(),
-        sender_id: "me".to_owned(),
+        content: Content {
+            message_id: format!("id-{seq}"),
+            body: body.to_owned(),
+            md5_of_body: "md5".to_owned(),
+            sender_id: "me".to_owned(),
+            ..Content::default()
+        },
         ..SentMessage::default()
     })
 }
@@ -43,17 +46,7 @@ fn lease(seq: u64, visible_at: i64, receive_count: u32) -> Record {
 
 /// Opens the log in `dir`, replaying it into a fresh ledger.
 fn reopen(dir: &Path, options: LogOptions) -> Result<(Log, Ledger, Recovery), LogError> {
-    let mut replayed = Vec::new();
-    let (log, recovery) = Log::open(dir, options, |position, payload| {
-        let record = Record::decode(payload).map_err(|error| error.to_string())?;
-        replayed.push((record, position));
-        Ok(())
-    })?;
-    let mut ledger = Ledger::new(recovery.seq_floor);
-    for (record, position) in &replayed {
-        ledger.apply(record, *position);
-    }
-    Ok((log, ledger, recovery))
+    Ledger::recover(dir, options)
 }
 
 fn append(log: &mut Log, ledger: &mut Ledger, records: &[Record]) -> Vec<LogPosition> {
@@ -132,7 +125,7 @@ fn sends_leases_and_deletes_are_found_again_after_reopening() {
     let Record::Sent(message) = record else {
         panic!("{record:?} is not a send");
     };
-    assert_eq!(message.body, format!("body {}", seqs[4]));
+    assert_eq!(message.content.body, format!("body {}", seqs[4]));
 }
 
 #[test]
@@ -410,7 +403,7 @@ fn records_read_together_come_back_in_the_order_asked_across_segments() {
         .expect("the records")
         .iter()
         .map(|bytes| match Record::decode(bytes).expect("a record") {
-            Record::Sent(message) => message.body,
+            Record::Sent(message) => message.content.body,
             other => panic!("{other:?} is not a send"),
         })
         .collect();

@@ -1,0 +1,275 @@
+//! Standard-queue semantics over the log: send, receive under a lease,
+//! delete and change visibility with the embedded store's lease rules, and
+//! purge.
+//!
+//! Each operation decides, appends its records and applies them to the
+//! ledger under one lock, so the ledger and the log agree on the order of
+//! everything; only the wait for the disk happens outside it. A send's
+//! caller gets an LSN to wait on ([`GroupCommit::when_durable`]) before it
+//! acknowledges; leases, deletes and visibility changes are not waited for
+//! (a crash that loses one only delivers the message again).
+//!
+//! Not here yet: dead-letter moves, retention, nacks with failure records,
+//! and a compaction task; a `Store` over this is the next step
+//! (`docs/storage.md`).
+
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::group_commit::{CommitError, GroupCommit, GroupCommitOptions, Lsn};
+use crate::ledger::{Ledger, QueueCounts};
+use crate::log::{Log, LogError, LogOptions, Recovery};
+use crate::record::{Content, DecodeError, Record, SentMessage};
+
+/// A message to send, and how long to hold it back.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Outgoing {
+    /// The message.
+    pub content: Content,
+    /// Milliseconds before it may be delivered.
+    pub delay_ms: i64,
+}
+
+/// A message handed to a receiver, with its new lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The message as sent, with the state this delivery gave it: its
+    /// `receive_count` is the lease the receipt handle must name.
+    pub message: SentMessage,
+}
+
+/// What a delete did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// The message is gone.
+    Deleted,
+    /// It was already gone.
+    AlreadyGone,
+    /// Another receiver holds a newer lease on it: the message stays.
+    LeasedToAnother,
+}
+
+/// What a visibility change did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VisibilityChanged {
+    /// The lease now ends at the time asked.
+    Changed,
+    /// The message is gone, or was received again under a newer lease.
+    NotAvailable,
+    /// The lease had already ended.
+    NotInFlight,
+}
+
+/// Why an operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum QueuesError {
+    /// The log refused the records (the store is poisoned) or failed a read.
+    #[error(transparent)]
+    Commit(#[from] CommitError),
+    /// Reading a record back failed.
+    #[error(transparent)]
+    Log(#[from] LogError),
+    /// A record read back is not what the ledger says is there.
+    #[error("the record of message {seq} does not decode: {source}")]
+    Decode {
+        /// The message.
+        seq: u64,
+        /// Why.
+        source: DecodeError,
+    },
+}
+
+/// Every standard queue's messages, in one log.
+#[derive(Debug)]
+pub struct StandardQueues {
+    ledger: Mutex<Ledger>,
+    commit: GroupCommit,
+}
+
+impl StandardQueues {
+    /// Opens the log in `dir`, rebuilding the ledger from it.
+    pub fn open(
+        dir: &Path,
+        log_options: LogOptions,
+        commit_options: GroupCommitOptions,
+    ) -> Result<(Self, Recovery), QueuesError> {
+        let (log, ledger, recovery) = Ledger::recover(dir, log_options)?;
+        let commit = GroupCommit::start(log, commit_options)?;
+        Ok((
+            Self {
+                ledger: Mutex::new(ledger),
+                commit,
+            },
+            recovery,
+        ))
+    }
+
+    /// The group commit behind the queues: wait on a send's LSN here.
+    pub fn commit(&self) -> &GroupCommit {
+        &self.commit
+    }
+
+    /// Stops the flusher after a last sync and hands the log back.
+    pub fn close(self) -> Log {
+        self.commit.close()
+    }
+
+    fn ledger(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Appends `records` and applies them, under the ledger's lock held by
+    /// the caller, so the ledger and the log keep one order.
+    fn append(&self, ledger: &mut Ledger, records: &[Record]) -> Result<Lsn, QueuesError> {
+        if records.is_empty() {
+            return Ok(0);
+        }
+        let payloads: Vec<Vec<u8>> = records.iter().map(Record::to_bytes).collect();
+        let (positions, lsn) = self
+            .commit
+            .append(payloads.iter().map(Vec::as_slice), ledger.next_seq())?;
+        for (record, position) in records.iter().zip(positions) {
+            ledger.apply(record, position);
+        }
+        Ok(lsn)
+    }
+
+    /// Sends `messages` to `queue` at `now`: their sequence numbers, and the
+    /// LSN to wait on before acknowledging them.
+    pub fn send(
+        &self,
+        queue: u64,
+        messages: Vec<Outgoing>,
+        now: i64,
+    ) -> Result<(Vec<u64>, Lsn), QueuesError> {
+        let mut ledger = self.ledger();
+        let seqs: Vec<u64> = ledger.allocate_seqs(messages.len() as u64).collect();
+        let records: Vec<Record> = messages
+            .into_iter()
+            .zip(&seqs)
+            .map(|(message, &seq)| {
+                Record::Sent(SentMessage {
+                    queue,
+                    seq,
+                    sent_at: now,
+                    visible_at: now + message.delay_ms.max(0),
+                    receive_count: 0,
+                    first_received_at: None,
+                    content: message.content,
+                })
+            })
+            .collect();
+        let lsn = self.append(&mut ledger, &records)?;
+        Ok((seqs, lsn))
+    }
+
+    /// Leases up to `max` of `queue`'s visible messages until
+    /// `now + visibility_ms`, oldest visible first.
+    pub fn receive(
+        &self,
+        queue: u64,
+        now: i64,
+        max: usize,
+        visibility_ms: i64,
+    ) -> Result<Vec<Delivery>, QueuesError> {
+        let mut ledger = self.ledger();
+        let seqs = ledger.deliverable(queue, now, max);
+        let mut leases = Vec::with_capacity(seqs.len());
+        let mut positions = Vec::with_capacity(seqs.len());
+        for &seq in &seqs {
+            let Some(state) = ledger.message(queue, seq) else {
+                continue;
+            };
+            positions.push(state.position);
+            leases.push(Record::Leased {
+                queue,
+                seq,
+                visible_at: now + visibility_ms.max(0),
+                receive_count: state.receive_count + 1,
+                first_received_at: state.first_received_at.unwrap_or(now),
+            });
+        }
+        self.append(&mut ledger, &leases)?;
+        let payloads = self.commit.read_log().read_many(&positions)?;
+        let mut deliveries = Vec::with_capacity(payloads.len());
+        for (payload, &seq) in payloads.iter().zip(&seqs) {
+            let record =
+                Record::decode(payload).map_err(|source| QueuesError::Decode { seq, source })?;
+            let (Record::Sent(mut message), Some(state)) = (record, ledger.message(queue, seq))
+            else {
+                continue;
+            };
+            message.visible_at = state.visible_at;
+            message.receive_count = state.receive_count;
+            message.first_received_at = state.first_received_at;
+            deliveries.push(Delivery { message });
+        }
+        Ok(deliveries)
+    }
+
+    /// Deletes the messages `leases` name (sequence number and the receive
+    /// count their receipt handle carries): a handle deletes its own lease's
+    /// message, or one nobody holds now; never one received again since.
+    pub fn delete(
+        &self,
+        queue: u64,
+        leases: &[(u64, u32)],
+        now: i64,
+    ) -> Result<Vec<Deleted>, QueuesError> {
+        let mut ledger = self.ledger();
+        let mut records = Vec::new();
+        let outcomes = leases
+            .iter()
+            .map(|&(seq, lease)| match ledger.message(queue, seq) {
+                None => Deleted::AlreadyGone,
+                Some(state) if state.receive_count == lease || state.visible_at <= now => {
+                    records.push(Record::Deleted { queue, seq });
+                    Deleted::Deleted
+                }
+                Some(_) => Deleted::LeasedToAnother,
+            })
+            .collect();
+        self.append(&mut ledger, &records)?;
+        Ok(outcomes)
+    }
+
+    /// Moves the end of the lease `lease` names to `visible_at`.
+    pub fn change_visibility(
+        &self,
+        queue: u64,
+        (seq, lease): (u64, u32),
+        visible_at: i64,
+        now: i64,
+    ) -> Result<VisibilityChanged, QueuesError> {
+        let mut ledger = self.ledger();
+        let outcome = match ledger.message(queue, seq) {
+            Some(state) if state.receive_count != lease => VisibilityChanged::NotAvailable,
+            Some(state) if state.visible_at <= now => VisibilityChanged::NotInFlight,
+            Some(_) => VisibilityChanged::Changed,
+            None => VisibilityChanged::NotAvailable,
+        };
+        if outcome == VisibilityChanged::Changed {
+            let record = Record::VisibilityChanged {
+                queue,
+                seq,
+                visible_at,
+            };
+            self.append(&mut ledger, &[record])?;
+        }
+        Ok(outcome)
+    }
+
+    /// Removes every message of `queue` sent so far; the LSN to wait on.
+    pub fn purge(&self, queue: u64) -> Result<Lsn, QueuesError> {
+        let mut ledger = self.ledger();
+        let through_seq = ledger.next_seq() - 1;
+        self.append(&mut ledger, &[Record::Purged { queue, through_seq }])
+    }
+
+    /// `queue`'s approximate counts at `now`.
+    pub fn counts(&self, queue: u64, now: i64) -> QueueCounts {
+        self.ledger().counts(queue, now)
+    }
+}
