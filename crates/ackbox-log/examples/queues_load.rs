@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use ackbox_log::group_commit::GroupCommitOptions;
 use ackbox_log::log::LogOptions;
-use ackbox_log::queues::{Outgoing, StandardQueues};
+use ackbox_log::queues::{Outgoing, ReceiveRequest, StandardQueues};
 use ackbox_log::record::Content;
 
 const QUEUE: u64 = 1;
@@ -116,9 +116,15 @@ fn main() {
             scope.spawn(|| {
                 loop {
                     let now = now_ms();
+                    let request = ReceiveRequest {
+                        max: BATCH,
+                        visibility_ms: 30_000,
+                        ..ReceiveRequest::default()
+                    };
                     let deliveries = queues
-                        .receive(QUEUE, now, BATCH, 30_000)
-                        .expect("a receive");
+                        .receive(QUEUE, now, &request)
+                        .expect("a receive")
+                        .deliveries;
                     if deliveries.is_empty() {
                         return;
                     }

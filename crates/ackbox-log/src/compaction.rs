@@ -96,15 +96,14 @@ pub fn copy_forward(payload: &[u8], state: &MessageState) -> Result<Record, LogE
         offset: state.position.offset,
         reason,
     };
-    match Record::decode(payload).map_err(|error| damaged(error.to_string()))? {
-        Record::Sent(mut message) => {
-            message.visible_at = state.visible_at;
-            message.receive_count = state.receive_count;
-            message.first_received_at = state.first_received_at;
-            Ok(Record::Sent(message))
-        }
-        other => Err(damaged(format!(
-            "a live message's position holds {other:?}, not its send"
-        ))),
-    }
+    let record = Record::decode(payload).map_err(|error| damaged(error.to_string()))?;
+    let Some(mut message) = record.into_message() else {
+        return Err(damaged(
+            "a live message's position holds neither a send nor a move".to_owned(),
+        ));
+    };
+    message.visible_at = state.visible_at;
+    message.receive_count = state.receive_count;
+    message.first_received_at = state.first_received_at;
+    Ok(Record::Sent(message))
 }

@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::path::Path;
 
 use crate::log::{Log, LogError, LogOptions, LogPosition, Recovery};
-use crate::record::Record;
+use crate::record::{Record, SentMessage};
 
 /// What the ledger knows of one live message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,25 +157,14 @@ impl Ledger {
     /// Applies one record found at (or just appended to) `position`.
     pub fn apply(&mut self, record: &Record, position: LogPosition) {
         match record {
-            Record::Sent(message) => {
-                self.next_seq = self.next_seq.max(message.seq + 1);
-                let state = MessageState {
-                    position,
-                    sent_at: message.sent_at,
-                    visible_at: message.visible_at,
-                    receive_count: message.receive_count,
-                    first_received_at: message.first_received_at,
-                };
-                let replaced = self
-                    .queues
-                    .entry(message.queue)
-                    .or_default()
-                    .insert(message.seq, state);
-                if let Some(replaced) = replaced {
-                    self.forget_live(replaced.position.segment);
-                }
-                *self.live_per_segment.entry(position.segment).or_default() += 1;
-                *self.sends_per_segment.entry(position.segment).or_default() += 1;
+            Record::Sent(message) => self.insert(message, position),
+            Record::Moved {
+                from_queue,
+                from_seq,
+                to,
+            } => {
+                self.remove(*from_queue, *from_seq);
+                self.insert(to, position);
             }
             Record::Leased {
                 queue,
@@ -201,16 +190,7 @@ impl Ledger {
                     ledger.update(*seq, |state| state.visible_at = *visible_at);
                 }
             }
-            Record::Deleted { queue, seq } => {
-                let removed = self
-                    .queues
-                    .get_mut(queue)
-                    .and_then(|ledger| ledger.remove(*seq));
-                if let Some(removed) = removed {
-                    self.forget_live(removed.position.segment);
-                }
-                self.drop_queue_if_empty(*queue);
-            }
+            Record::Deleted { queue, seq } => self.remove(*queue, *seq),
             Record::Purged { queue, through_seq } => {
                 let Some(ledger) = self.queues.get_mut(queue) else {
                     return;
@@ -233,6 +213,40 @@ impl Ledger {
                 self.drop_queue_if_empty(*queue);
             }
         }
+    }
+
+    /// A message sent, moved in or copied forward, whose record is at
+    /// `position`; a copy replaces what the ledger had.
+    fn insert(&mut self, message: &SentMessage, position: LogPosition) {
+        self.next_seq = self.next_seq.max(message.seq + 1);
+        let state = MessageState {
+            position,
+            sent_at: message.sent_at,
+            visible_at: message.visible_at,
+            receive_count: message.receive_count,
+            first_received_at: message.first_received_at,
+        };
+        let replaced = self
+            .queues
+            .entry(message.queue)
+            .or_default()
+            .insert(message.seq, state);
+        if let Some(replaced) = replaced {
+            self.forget_live(replaced.position.segment);
+        }
+        *self.live_per_segment.entry(position.segment).or_default() += 1;
+        *self.sends_per_segment.entry(position.segment).or_default() += 1;
+    }
+
+    fn remove(&mut self, queue: u64, seq: u64) {
+        let removed = self
+            .queues
+            .get_mut(&queue)
+            .and_then(|ledger| ledger.remove(seq));
+        if let Some(removed) = removed {
+            self.forget_live(removed.position.segment);
+        }
+        self.drop_queue_if_empty(queue);
     }
 
     fn forget_live(&mut self, segment: u64) {
@@ -261,15 +275,21 @@ impl Ledger {
 
     /// Up to `limit` messages of `queue` deliverable at `now`, in receive order.
     pub fn deliverable(&self, queue: u64, now: i64, limit: usize) -> Vec<u64> {
-        let Some(ledger) = self.queues.get(&queue) else {
-            return Vec::new();
-        };
-        ledger
-            .order
-            .range(..=(now, u32::MAX, u64::MAX))
+        self.visible(queue, now)
             .take(limit)
-            .map(|&(_, _, seq)| seq)
+            .map(|(seq, _)| seq)
             .collect()
+    }
+
+    /// `queue`'s messages deliverable at `now`, in receive order, with their
+    /// state: a receive walks this until it has leased enough.
+    pub fn visible(&self, queue: u64, now: i64) -> impl Iterator<Item = (u64, &MessageState)> + '_ {
+        self.queues.get(&queue).into_iter().flat_map(move |ledger| {
+            ledger
+                .order
+                .range(..=(now, u32::MAX, u64::MAX))
+                .filter_map(|&(_, _, seq)| Some((seq, ledger.messages.get(&seq)?)))
+        })
     }
 
     /// `queue`'s approximate counts at `now`.

@@ -20,7 +20,8 @@
 //! - [`compaction`]: removing what holds nothing live, copying forward the
 //!   few live messages that pin old segments.
 //! - [`queues`]: standard-queue semantics over both: send, receive under a
-//!   lease, delete, change visibility, purge.
+//!   lease (with retention and dead-letter moves), delete, change
+//!   visibility, purge.
 //! - [`group_commit`]: callers append; a flusher thread covers them all with
 //!   one `fdatasync` and answers whoever waits.
 //!

@@ -1,6 +1,7 @@
-//! Standard-queue semantics over the log: send, receive under a lease,
-//! delete and change visibility with the embedded store's lease rules, and
-//! purge.
+//! Standard-queue semantics over the log: send, receive under a lease
+//! (dropping what is past retention and moving what was received too often
+//! to the dead-letter queue, in one record per move), delete and change
+//! visibility with the embedded store's lease rules, and purge.
 //!
 //! Each operation decides, appends its records and applies them to the
 //! ledger under one lock, so the ledger and the log agree on the order of
@@ -9,8 +10,8 @@
 //! acknowledges; leases, deletes and visibility changes are not waited for
 //! (a crash that loses one only delivers the message again).
 //!
-//! Not here yet: dead-letter moves, retention, nacks with failure records,
-//! and a compaction task; a `Store` over this is the next step
+//! Not here yet: a retention sweep for messages nobody receives, nacks with
+//! failure records, and a compaction task; a `Store` over this is the next step
 //! (`docs/storage.md`).
 
 use std::path::Path;
@@ -36,6 +37,47 @@ pub struct Delivery {
     /// The message as sent, with the state this delivery gave it: its
     /// `receive_count` is the lease the receipt handle must name.
     pub message: SentMessage,
+}
+
+/// A receive stops dropping messages after this many (expired or moved to
+/// the dead-letter queue), as the SQLite store's does.
+pub const MAX_DROPPED_PER_RECEIVE: usize = 1_000;
+
+/// Where a queue's messages go once received too often.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The dead-letter queue.
+    pub queue: u64,
+    /// A message already received this many times moves instead of being
+    /// delivered.
+    pub max_receive_count: u32,
+    /// The source queue's ARN, recorded on the moved message.
+    pub source_arn: String,
+}
+
+/// What a receive asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReceiveRequest {
+    /// Messages to lease at most.
+    pub max: usize,
+    /// How long each lease runs.
+    pub visibility_ms: i64,
+    /// The queue's redrive policy, if it has one.
+    pub dead_letter: Option<DeadLetter>,
+    /// Messages sent at or before this are past retention: dropped, not
+    /// delivered.
+    pub expire_sent_at_or_before: Option<i64>,
+}
+
+/// What a receive did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Received {
+    /// The messages leased, in receive order.
+    pub deliveries: Vec<Delivery>,
+    /// Messages dropped as past retention.
+    pub expired: u64,
+    /// Messages moved to the dead-letter queue.
+    pub dead_lettered: u64,
 }
 
 /// What a delete did.
@@ -69,6 +111,12 @@ pub enum QueuesError {
     /// Reading a record back failed.
     #[error(transparent)]
     Log(#[from] LogError),
+    /// The ledger's position for a message holds a record of another kind.
+    #[error("the record at message {seq}'s position is not a send or a move")]
+    NotAMessage {
+        /// The message.
+        seq: u64,
+    },
     /// A record read back is not what the ledger says is there.
     #[error("the record of message {seq} does not decode: {source}")]
     Decode {
@@ -77,6 +125,15 @@ pub enum QueuesError {
         /// Why.
         source: DecodeError,
     },
+}
+
+/// The message a live message's position holds (its send, or the move that
+/// brought it to its queue).
+fn decode_message(payload: &[u8], seq: u64) -> Result<SentMessage, QueuesError> {
+    Record::decode(payload)
+        .map_err(|source| QueuesError::Decode { seq, source })?
+        .into_message()
+        .ok_or(QueuesError::NotAMessage { seq })
 }
 
 /// Every standard queue's messages, in one log.
@@ -157,6 +214,7 @@ impl StandardQueues {
                     visible_at: now + message.delay_ms.max(0),
                     receive_count: 0,
                     first_received_at: None,
+                    dead_letter_source_arn: None,
                     content: message.content,
                 })
             })
@@ -165,48 +223,95 @@ impl StandardQueues {
         Ok((seqs, lsn))
     }
 
-    /// Leases up to `max` of `queue`'s visible messages until
-    /// `now + visibility_ms`, oldest visible first.
+    /// Leases up to `request.max` of `queue`'s visible messages, oldest
+    /// visible first. On the way it drops what is past retention and moves
+    /// what was received too often to the dead-letter queue (at most
+    /// [`MAX_DROPPED_PER_RECEIVE`] in one call, so one receive never holds
+    /// every queue for a huge backlog; later receives do the rest).
     pub fn receive(
         &self,
         queue: u64,
         now: i64,
-        max: usize,
-        visibility_ms: i64,
-    ) -> Result<Vec<Delivery>, QueuesError> {
+        request: &ReceiveRequest,
+    ) -> Result<Received, QueuesError> {
         let mut ledger = self.ledger();
-        let seqs = ledger.deliverable(queue, now, max);
-        let mut leases = Vec::with_capacity(seqs.len());
-        let mut positions = Vec::with_capacity(seqs.len());
-        for &seq in &seqs {
-            let Some(state) = ledger.message(queue, seq) else {
+        let mut expired = Vec::new();
+        let mut doomed = Vec::new();
+        let mut leases = Vec::new();
+        let mut leased = Vec::new();
+        for (seq, state) in ledger.visible(queue, now) {
+            if leased.len() >= request.max {
+                break;
+            }
+            let past_retention = request
+                .expire_sent_at_or_before
+                .is_some_and(|cutoff| state.sent_at <= cutoff);
+            let dead_letter = request
+                .dead_letter
+                .as_ref()
+                .filter(|target| state.receive_count >= target.max_receive_count);
+            if past_retention || dead_letter.is_some() {
+                if expired.len() + doomed.len() >= MAX_DROPPED_PER_RECEIVE {
+                    break;
+                }
+                if past_retention {
+                    expired.push(Record::Deleted { queue, seq });
+                } else {
+                    doomed.push((seq, *state));
+                }
                 continue;
-            };
-            positions.push(state.position);
+            }
             leases.push(Record::Leased {
                 queue,
                 seq,
-                visible_at: now + visibility_ms.max(0),
+                visible_at: now + request.visibility_ms.max(0),
                 receive_count: state.receive_count + 1,
                 first_received_at: state.first_received_at.unwrap_or(now),
             });
+            leased.push((seq, state.position));
         }
-        self.append(&mut ledger, &leases)?;
+        let mut records = expired;
+        let (expired, dead_lettered) = (records.len(), doomed.len());
+        if let Some(target) = &request.dead_letter
+            && !doomed.is_empty()
+        {
+            let positions: Vec<_> = doomed.iter().map(|(_, state)| state.position).collect();
+            let payloads = self.commit.read_log().read_many(&positions)?;
+            let new_seqs = ledger.allocate_seqs(doomed.len() as u64);
+            for ((payload, (seq, state)), new_seq) in payloads.iter().zip(&doomed).zip(new_seqs) {
+                let mut message = decode_message(payload, *seq)?;
+                message.queue = target.queue;
+                message.seq = new_seq;
+                message.visible_at = now;
+                message.receive_count = state.receive_count;
+                message.first_received_at = state.first_received_at;
+                message.dead_letter_source_arn = Some(target.source_arn.clone());
+                records.push(Record::Moved {
+                    from_queue: queue,
+                    from_seq: *seq,
+                    to: message,
+                });
+            }
+        }
+        records.extend(leases);
+        self.append(&mut ledger, &records)?;
+        let positions: Vec<_> = leased.iter().map(|&(_, position)| position).collect();
         let payloads = self.commit.read_log().read_many(&positions)?;
         let mut deliveries = Vec::with_capacity(payloads.len());
-        for (payload, &seq) in payloads.iter().zip(&seqs) {
-            let record =
-                Record::decode(payload).map_err(|source| QueuesError::Decode { seq, source })?;
-            let (Record::Sent(mut message), Some(state)) = (record, ledger.message(queue, seq))
-            else {
-                continue;
-            };
-            message.visible_at = state.visible_at;
-            message.receive_count = state.receive_count;
-            message.first_received_at = state.first_received_at;
+        for (payload, &(seq, _)) in payloads.iter().zip(&leased) {
+            let mut message = decode_message(payload, seq)?;
+            if let Some(state) = ledger.message(queue, seq) {
+                message.visible_at = state.visible_at;
+                message.receive_count = state.receive_count;
+                message.first_received_at = state.first_received_at;
+            }
             deliveries.push(Delivery { message });
         }
-        Ok(deliveries)
+        Ok(Received {
+            deliveries,
+            expired: expired as u64,
+            dead_lettered: dead_lettered as u64,
+        })
     }
 
     /// Deletes the messages `leases` name (sequence number and the receive

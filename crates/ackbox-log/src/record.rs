@@ -45,6 +45,8 @@ pub struct SentMessage {
     pub receive_count: u32,
     /// Epoch milliseconds of the first delivery.
     pub first_received_at: Option<i64>,
+    /// The queue it was dead-lettered from (`DeadLetterQueueSourceArn`).
+    pub dead_letter_source_arn: Option<String>,
     /// The message itself.
     pub content: Content,
 }
@@ -83,6 +85,17 @@ pub enum Record {
         /// The message.
         seq: u64,
     },
+    /// A message left one queue for another under a new sequence number
+    /// (a dead-letter move): one record, so a torn tail can never keep the
+    /// removal and lose the copy.
+    Moved {
+        /// The queue it left.
+        from_queue: u64,
+        /// Its sequence number there.
+        from_seq: u64,
+        /// The message as it now is, in its new queue.
+        to: SentMessage,
+    },
     /// Every message of the queue numbered up to `through_seq` is gone.
     Purged {
         /// The queue's id.
@@ -97,6 +110,7 @@ const LEASED: u8 = 2;
 const VISIBILITY_CHANGED: u8 = 3;
 const DELETED: u8 = 4;
 const PURGED: u8 = 5;
+const MOVED: u8 = 6;
 
 /// A payload that is not a record of this format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,11 +133,23 @@ impl Record {
     /// The queue the record is about.
     pub fn queue(&self) -> u64 {
         match self {
-            Self::Sent(message) => message.queue,
+            Self::Sent(message) | Self::Moved { to: message, .. } => message.queue,
             Self::Leased { queue, .. }
             | Self::VisibilityChanged { queue, .. }
             | Self::Deleted { queue, .. }
             | Self::Purged { queue, .. } => *queue,
+        }
+    }
+
+    /// The message a send or a move puts in place: what a live message's
+    /// position in the ledger points at.
+    pub fn into_message(self) -> Option<SentMessage> {
+        match self {
+            Self::Sent(message) | Self::Moved { to: message, .. } => Some(message),
+            Self::Leased { .. }
+            | Self::VisibilityChanged { .. }
+            | Self::Deleted { .. }
+            | Self::Purged { .. } => None,
         }
     }
 
@@ -132,20 +158,17 @@ impl Record {
         match self {
             Self::Sent(message) => {
                 out.push(SENT);
-                put_u64(out, message.queue);
-                put_u64(out, message.seq);
-                put_i64(out, message.sent_at);
-                put_i64(out, message.visible_at);
-                put_u32(out, message.receive_count);
-                put_optional_i64(out, message.first_received_at);
-                let content = &message.content;
-                put_str(out, &content.message_id);
-                put_str(out, &content.body);
-                put_optional_str(out, content.attributes.as_deref());
-                put_str(out, &content.md5_of_body);
-                put_optional_str(out, content.md5_of_attributes.as_deref());
-                put_optional_str(out, content.trace_header.as_deref());
-                put_str(out, &content.sender_id);
+                put_message(out, message);
+            }
+            Self::Moved {
+                from_queue,
+                from_seq,
+                to,
+            } => {
+                out.push(MOVED);
+                put_u64(out, *from_queue);
+                put_u64(out, *from_seq);
+                put_message(out, to);
             }
             Self::Leased {
                 queue,
@@ -195,23 +218,12 @@ impl Record {
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut reader = Reader { bytes };
         let record = match reader.u8("tag")? {
-            SENT => Self::Sent(SentMessage {
-                queue: reader.u64("queue")?,
-                seq: reader.u64("seq")?,
-                sent_at: reader.i64("sent_at")?,
-                visible_at: reader.i64("visible_at")?,
-                receive_count: reader.u32("receive_count")?,
-                first_received_at: reader.optional_i64("first_received_at")?,
-                content: Content {
-                    message_id: reader.string("message_id")?,
-                    body: reader.string("body")?,
-                    attributes: reader.optional_string("attributes")?,
-                    md5_of_body: reader.string("md5_of_body")?,
-                    md5_of_attributes: reader.optional_string("md5_of_attributes")?,
-                    trace_header: reader.optional_string("trace_header")?,
-                    sender_id: reader.string("sender_id")?,
-                },
-            }),
+            SENT => Self::Sent(reader.message()?),
+            MOVED => Self::Moved {
+                from_queue: reader.u64("from_queue")?,
+                from_seq: reader.u64("from_seq")?,
+                to: reader.message()?,
+            },
             LEASED => Self::Leased {
                 queue: reader.u64("queue")?,
                 seq: reader.u64("seq")?,
@@ -239,6 +251,24 @@ impl Record {
             left => Err(DecodeError::Trailing(left)),
         }
     }
+}
+
+fn put_message(out: &mut Vec<u8>, message: &SentMessage) {
+    put_u64(out, message.queue);
+    put_u64(out, message.seq);
+    put_i64(out, message.sent_at);
+    put_i64(out, message.visible_at);
+    put_u32(out, message.receive_count);
+    put_optional_i64(out, message.first_received_at);
+    put_optional_str(out, message.dead_letter_source_arn.as_deref());
+    let content = &message.content;
+    put_str(out, &content.message_id);
+    put_str(out, &content.body);
+    put_optional_str(out, content.attributes.as_deref());
+    put_str(out, &content.md5_of_body);
+    put_optional_str(out, content.md5_of_attributes.as_deref());
+    put_optional_str(out, content.trace_header.as_deref());
+    put_str(out, &content.sender_id);
 }
 
 fn put_u32(out: &mut Vec<u8>, value: u32) {
@@ -332,6 +362,27 @@ impl<'a> Reader<'a> {
         String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::NotUtf8(field))
     }
 
+    fn message(&mut self) -> Result<SentMessage, DecodeError> {
+        Ok(SentMessage {
+            queue: self.u64("queue")?,
+            seq: self.u64("seq")?,
+            sent_at: self.i64("sent_at")?,
+            visible_at: self.i64("visible_at")?,
+            receive_count: self.u32("receive_count")?,
+            first_received_at: self.optional_i64("first_received_at")?,
+            dead_letter_source_arn: self.optional_string("dead_letter_source_arn")?,
+            content: Content {
+                message_id: self.string("message_id")?,
+                body: self.string("body")?,
+                attributes: self.optional_string("attributes")?,
+                md5_of_body: self.string("md5_of_body")?,
+                md5_of_attributes: self.optional_string("md5_of_attributes")?,
+                trace_header: self.optional_string("trace_header")?,
+                sender_id: self.string("sender_id")?,
+            },
+        })
+    }
+
     fn optional_string(&mut self, field: &'static str) -> Result<Option<String>, DecodeError> {
         Ok(if self.present(field)? {
             Some(self.string(field)?)
@@ -350,14 +401,14 @@ mod tests {
     fn sent_message() -> impl Strategy<Value = SentMessage> {
         (
             (any::<u64>(), any::<u64>(), any::<i64>(), any::<i64>()),
-            (any::<u32>(), option::of(any::<i64>())),
+            (any::<u32>(), option::of(any::<i64>()), option::of(".*")),
             (".*", ".*", option::of(".*"), "[0-9a-f]{32}"),
             (option::of("[0-9a-f]{32}"), option::of(".*"), ".*"),
         )
             .prop_map(
                 |(
                     (queue, seq, sent_at, visible_at),
-                    (receive_count, first_received_at),
+                    (receive_count, first_received_at, dead_letter_source_arn),
                     (message_id, body, attributes, md5_of_body),
                     (md5_of_attributes, trace_header, sender_id),
                 )| SentMessage {
@@ -367,6 +418,7 @@ mod tests {
                     visible_at,
                     receive_count,
                     first_received_at,
+                    dead_letter_source_arn,
                     content: Content {
                         message_id,
                         body,
@@ -383,6 +435,13 @@ mod tests {
     fn record() -> impl Strategy<Value = Record> {
         prop_oneof![
             sent_message().prop_map(Record::Sent),
+            (any::<u64>(), any::<u64>(), sent_message()).prop_map(|(from_queue, from_seq, to)| {
+                Record::Moved {
+                    from_queue,
+                    from_seq,
+                    to,
+                }
+            }),
             (
                 any::<u64>(),
                 any::<u64>(),

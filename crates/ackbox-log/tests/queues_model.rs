@@ -1,18 +1,29 @@
 //! `StandardQueues` against a reference model, with restarts: random sends,
 //! receives, deletes (with current and stale handles), visibility changes,
-//! purges and the clock moving, and after every step the same answers and
-//! the same counts — including after the log is closed and replayed.
+//! purges and the clock moving, on a queue with a dead-letter queue, one
+//! with a short retention and the dead-letter queue itself; after every step
+//! the same answers and the same counts — including after the log is closed
+//! and replayed.
 
 use std::path::Path;
 
 use ackbox_log::group_commit::GroupCommitOptions;
 use ackbox_log::ledger::QueueCounts;
 use ackbox_log::log::LogOptions;
-use ackbox_log::queues::{Deleted, Outgoing, StandardQueues, VisibilityChanged};
+use ackbox_log::queues::{
+    DeadLetter, Deleted, Outgoing, ReceiveRequest, StandardQueues, VisibilityChanged,
+};
 use ackbox_log::record::Content;
 use proptest::prelude::*;
 
-const QUEUES: u64 = 2;
+const QUEUES: u64 = 3;
+/// Queue 0's messages move here once received twice.
+const SOURCE: u64 = 0;
+const DEAD_LETTERS: u64 = 2;
+const MAX_RECEIVES: u32 = 2;
+/// Queue 1 keeps messages this long.
+const SHORT_LIVED: u64 = 1;
+const RETENTION_MS: i64 = 40;
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -61,7 +72,10 @@ fn op() -> impl Strategy<Value = Op> {
 struct Message {
     queue: u64,
     seq: u64,
+    sent_at: i64,
     visible_at: i64,
+    /// Moved here from the source queue: carries its ARN.
+    dead_lettered: bool,
     receive_count: u32,
     body: String,
 }
@@ -134,6 +148,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     model.messages.push(Message {
                         queue,
                         seq,
+                        sent_at: now,
+                        dead_lettered: false,
                         visible_at: now + delay_ms,
                         receive_count: 0,
                         body: format!("{now}-{index}"),
@@ -146,20 +162,52 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 max,
                 visibility_ms,
             } => {
-                let delivered = queues
-                    .receive(queue, now, max, visibility_ms)
-                    .expect("a receive");
-                let mut visible: Vec<&mut Message> = model
+                let request = ReceiveRequest {
+                    max,
+                    visibility_ms,
+                    dead_letter: (queue == SOURCE).then(|| DeadLetter {
+                        queue: DEAD_LETTERS,
+                        max_receive_count: MAX_RECEIVES,
+                        source_arn: "arn:source".to_owned(),
+                    }),
+                    expire_sent_at_or_before: (queue == SHORT_LIVED).then_some(now - RETENTION_MS),
+                };
+                let received = queues.receive(queue, now, &request).expect("a receive");
+                let mut visible: Vec<(i64, u32, u64)> = model
                     .messages
-                    .iter_mut()
+                    .iter()
                     .filter(|m| m.queue == queue && m.visible_at <= now)
+                    .map(|m| (m.visible_at, m.receive_count, m.seq))
                     .collect();
-                visible.sort_by_key(|m| (m.visible_at, m.receive_count, m.seq));
-                visible.truncate(max);
-                prop_assert_eq!(delivered.len(), visible.len());
-                for (delivery, message) in delivered.iter().zip(visible) {
-                    message.receive_count += 1;
-                    message.visible_at = now + visibility_ms;
+                visible.sort_unstable();
+                let (mut leased, mut expired, mut moved) = (Vec::new(), 0, 0);
+                for (_, _, seq) in visible {
+                    if leased.len() >= max {
+                        break;
+                    }
+                    let next_seq = model.next_seq;
+                    let message = model.find(queue, seq).expect("a visible message");
+                    if queue == SHORT_LIVED && message.sent_at <= now - RETENTION_MS {
+                        model
+                            .messages
+                            .retain(|m| !(m.queue == queue && m.seq == seq));
+                        expired += 1;
+                    } else if queue == SOURCE && message.receive_count >= MAX_RECEIVES {
+                        message.queue = DEAD_LETTERS;
+                        message.seq = next_seq;
+                        message.visible_at = now;
+                        message.dead_lettered = true;
+                        model.next_seq += 1;
+                        moved += 1;
+                    } else {
+                        message.receive_count += 1;
+                        message.visible_at = now + visibility_ms;
+                        leased.push(message.clone());
+                    }
+                }
+                prop_assert_eq!((received.expired, received.dead_lettered), (expired, moved));
+                prop_assert_eq!(received.deliveries.len(), leased.len());
+                for (delivery, message) in received.deliveries.iter().zip(&leased) {
                     let got = &delivery.message;
                     prop_assert_eq!(
                         (
@@ -175,6 +223,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                             &message.body
                         )
                     );
+                    prop_assert_eq!(got.dead_letter_source_arn.is_some(), message.dead_lettered);
                     handles.push((queue, got.seq, got.receive_count));
                 }
             }

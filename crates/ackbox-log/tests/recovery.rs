@@ -480,3 +480,41 @@ fn a_crash_between_copying_forward_and_removing_keeps_one_message_with_its_lates
     assert_eq!(before[0], Some((9_000, 2)));
     assert_eq!(reopened.deliverable(QUEUE, 1_000, 10), vec![seqs[1]]);
 }
+
+#[test]
+fn a_dead_letter_move_cut_anywhere_leaves_the_message_in_exactly_one_queue() {
+    const DEAD_LETTERS: u64 = 9;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut log, mut ledger, _) = reopen(dir.path(), LogOptions::default()).expect("a new log");
+    let seq = send(&mut log, &mut ledger, 1)[0];
+    log.sync().expect("an fsync");
+    drop(log);
+    let segment = segment_files(dir.path()).pop().expect("a segment");
+    let durable = fs::read(&segment).expect("the segment");
+
+    let Record::Sent(mut moved) = sent(seq + 1, &format!("body {seq}")) else {
+        unreachable!("sent() builds a send");
+    };
+    moved.queue = DEAD_LETTERS;
+    moved.dead_letter_source_arn = Some("arn:source".to_owned());
+    let mut frame = Vec::new();
+    let record = Record::Moved {
+        from_queue: QUEUE,
+        from_seq: seq,
+        to: moved,
+    };
+    ackbox_log::frame::encode_frame(&mut frame, &record.to_bytes());
+    for cut in 0..=frame.len() {
+        let mut bytes = durable.clone();
+        bytes.extend_from_slice(&frame[..cut]);
+        fs::write(&segment, &bytes).expect("a cut segment");
+        let (_, ledger, _) = reopen(dir.path(), LogOptions::default()).expect("a reopen");
+        let in_source = ledger.message(QUEUE, seq).is_some();
+        let in_dead_letters = ledger.message(DEAD_LETTERS, seq + 1).is_some();
+        assert!(
+            in_source != in_dead_letters,
+            "cut at {cut}: source {in_source}, dead letters {in_dead_letters}"
+        );
+        assert_eq!(in_dead_letters, cut == frame.len(), "cut at {cut}");
+    }
+}
