@@ -158,14 +158,12 @@ impl Log {
         let mut numbers = segment_numbers(dir)?;
         let mut recovery = Recovery::default();
         // A crash between creating the newest segment and fsyncing its header
-        // leaves a file without one, and nothing in it was acknowledged.
+        // leaves a file no longer than a header and without one; nothing in
+        // it was acknowledged. (A bad header with frames after it is damage.)
         if let Some(&newest) = numbers.last() {
             let path = segment_path(dir, newest);
-            let mut header = [0; SEGMENT_HEADER_BYTES as usize];
-            let read = File::open(&path)
-                .and_then(|file| file.read_at(&mut header, 0))
-                .map_err(io_error("read", &path))?;
-            if read_header(&header[..read]).is_none() && numbers.len() > 1 {
+            let bytes = fs::read(&path).map_err(io_error("read", &path))?;
+            if torn_at_creation(&bytes) && numbers.len() > 1 {
                 fs::remove_file(&path).map_err(io_error("remove", &path))?;
                 sync_dir(dir)?;
                 numbers.pop();
@@ -183,7 +181,7 @@ impl Log {
             let is_newest = number == newest;
             let seq_floor = match read_header(&bytes) {
                 Some(floor) => floor,
-                None if is_newest => {
+                None if is_newest && torn_at_creation(&bytes) => {
                     // The only segment, torn before its header reached the disk.
                     bytes.clear();
                     write_header(&mut bytes, 0);
@@ -518,6 +516,12 @@ fn write_header(out: &mut Vec<u8>, seq_floor: u64) {
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&0u32.to_le_bytes());
     out.extend_from_slice(&seq_floor.to_le_bytes());
+}
+
+/// Whether a segment's bytes are what a crash during its creation leaves:
+/// no more than a header's length, and not a header.
+fn torn_at_creation(bytes: &[u8]) -> bool {
+    bytes.len() <= SEGMENT_HEADER_BYTES as usize && read_header(bytes).is_none()
 }
 
 /// The header's sequence floor, or `None` when `bytes` do not start with a

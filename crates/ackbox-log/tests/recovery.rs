@@ -518,3 +518,20 @@ fn a_dead_letter_move_cut_anywhere_leaves_the_message_in_exactly_one_queue() {
         assert_eq!(in_dead_letters, cut == frame.len(), "cut at {cut}");
     }
 }
+
+#[test]
+fn a_damaged_header_with_records_after_it_stops_the_open() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut log, mut ledger, _) = reopen(dir.path(), LogOptions::default()).expect("a new log");
+    send(&mut log, &mut ledger, 2);
+    log.sync().expect("an fsync");
+    drop(log);
+    let segment = segment_files(dir.path()).pop().expect("a segment");
+    let mut bytes = fs::read(&segment).expect("the segment");
+    bytes[0] ^= 0xFF;
+    fs::write(&segment, &bytes).expect("a damaged header");
+    match reopen(dir.path(), LogOptions::default()) {
+        Err(LogError::Damaged { offset: 0, .. }) => {}
+        other => panic!("acknowledged records behind a damaged header were dropped: {other:?}"),
+    }
+}
