@@ -54,6 +54,9 @@ type OrderKey = (i64, u32, u64);
 struct QueueLedger {
     messages: HashMap<u64, MessageState>,
     order: BTreeSet<OrderKey>,
+    /// Retention's order: oldest sent first. Not the sequence order, since a
+    /// dead-letter move keeps the message's original send time.
+    by_age: BTreeSet<(i64, u64)>,
 }
 
 impl QueueLedger {
@@ -61,6 +64,7 @@ impl QueueLedger {
         let replaced = self.remove(seq);
         self.order
             .insert((state.visible_at, state.receive_count, seq));
+        self.by_age.insert((state.sent_at, seq));
         self.messages.insert(seq, state);
         replaced
     }
@@ -69,6 +73,7 @@ impl QueueLedger {
         let state = self.messages.remove(&seq)?;
         self.order
             .remove(&(state.visible_at, state.receive_count, seq));
+        self.by_age.remove(&(state.sent_at, seq));
         Some(state)
     }
 
@@ -289,6 +294,19 @@ impl Ledger {
                 .order
                 .range(..=(now, u32::MAX, u64::MAX))
                 .filter_map(|&(_, _, seq)| Some((seq, ledger.messages.get(&seq)?)))
+        })
+    }
+
+    /// Up to `limit` of `queue`'s messages sent at or before `cutoff`, oldest
+    /// first: what retention drops, whether or not anyone receives them.
+    pub fn expired(&self, queue: u64, cutoff: i64, limit: usize) -> Vec<u64> {
+        self.queues.get(&queue).map_or_else(Vec::new, |ledger| {
+            ledger
+                .by_age
+                .range(..=(cutoff, u64::MAX))
+                .take(limit)
+                .map(|&(_, seq)| seq)
+                .collect()
         })
     }
 

@@ -1,7 +1,8 @@
 //! Standard-queue semantics over the log: send, receive under a lease
 //! (dropping what is past retention and moving what was received too often
 //! to the dead-letter queue, in one record per move), delete and change
-//! visibility with the embedded store's lease rules, and purge.
+//! visibility with the embedded store's lease rules, retention's sweep, and
+//! purge.
 //!
 //! Each operation decides, appends its records and applies them to the
 //! ledger under one lock, so the ledger and the log agree on the order of
@@ -10,8 +11,7 @@
 //! acknowledges; leases, deletes and visibility changes are not waited for
 //! (a crash that loses one only delivers the message again).
 //!
-//! Not here yet: a retention sweep for messages nobody receives, nacks with
-//! failure records, and a compaction task; a `Store` over this is the next step
+//! Not here yet: nacks with failure records, and a compaction task; a `Store` over this is the next step
 //! (`docs/storage.md`).
 
 use std::path::Path;
@@ -364,6 +364,19 @@ impl StandardQueues {
             self.append(&mut ledger, &[record])?;
         }
         Ok(outcome)
+    }
+
+    /// Drops up to `limit` of `queue`'s messages sent at or before `cutoff`
+    /// (its retention), leased or not: how many, and the LSN of the deletes.
+    pub fn expire(&self, queue: u64, cutoff: i64, limit: usize) -> Result<(u64, Lsn), QueuesError> {
+        let mut ledger = self.ledger();
+        let records: Vec<Record> = ledger
+            .expired(queue, cutoff, limit)
+            .into_iter()
+            .map(|seq| Record::Deleted { queue, seq })
+            .collect();
+        let lsn = self.append(&mut ledger, &records)?;
+        Ok((records.len() as u64, lsn))
     }
 
     /// Removes every message of `queue` sent so far; the LSN to wait on.

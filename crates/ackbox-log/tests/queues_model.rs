@@ -47,6 +47,11 @@ enum Op {
     Purge {
         queue: u64,
     },
+    /// Retention's sweep: drops what was sent `RETENTION_MS` ago or more.
+    Expire {
+        queue: u64,
+        limit: usize,
+    },
     Tick {
         ms: i64,
     },
@@ -57,13 +62,16 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (0..QUEUES, 1usize..4, prop_oneof![Just(0i64), Just(5)])
             .prop_map(|(queue, count, delay_ms)| Op::Send { queue, count, delay_ms }),
-        4 => (0..QUEUES, 1usize..5, 0i64..20)
+        4 => (0..QUEUES, 1usize..5, (0i64..5).prop_map(|steps| steps * 5))
             .prop_map(|(queue, max, visibility_ms)| Op::Receive { queue, max, visibility_ms }),
         3 => any::<usize>().prop_map(|handle| Op::Delete { handle }),
-        2 => (any::<usize>(), 0i64..20)
+        2 => (any::<usize>(), (0i64..5).prop_map(|steps| steps * 5))
             .prop_map(|(handle, visibility_ms)| Op::ChangeVisibility { handle, visibility_ms }),
         1 => (0..QUEUES).prop_map(|queue| Op::Purge { queue }),
-        3 => (1i64..15).prop_map(|ms| Op::Tick { ms }),
+        2 => (0..QUEUES, 1usize..4).prop_map(|(queue, limit)| Op::Expire { queue, limit }),
+        // Leases and ticks in steps of 5 ms land exactly on retention's and
+        // leases' edges often.
+        3 => (1i64..4).prop_map(|steps| Op::Tick { ms: steps * 5 }),
         1 => Just(Op::Reopen),
     ]
 }
@@ -272,6 +280,22 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 queues.commit().wait_durable(lsn).expect("a durable purge");
                 model.messages.retain(|m| m.queue != queue);
             }
+            Op::Expire { queue, limit } => {
+                let cutoff = now - RETENTION_MS;
+                let (expired, _) = queues.expire(queue, cutoff, limit).expect("a sweep");
+                let mut old: Vec<(i64, u64)> = model
+                    .messages
+                    .iter()
+                    .filter(|m| m.queue == queue && m.sent_at <= cutoff)
+                    .map(|m| (m.sent_at, m.seq))
+                    .collect();
+                old.sort_unstable();
+                old.truncate(limit);
+                model
+                    .messages
+                    .retain(|m| !(m.queue == queue && old.contains(&(m.sent_at, m.seq))));
+                prop_assert_eq!(expired, old.len() as u64);
+            }
             Op::Tick { ms } => now += ms,
             Op::Reopen => {
                 drop(queues.close());
@@ -291,7 +315,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn the_log_store_behaves_as_the_model_across_restarts(ops in proptest::collection::vec(op(), 1..60)) {
