@@ -62,7 +62,7 @@ fn lifecycle(criterion: &mut Criterion, backlog: u64) {
                         seq,
                         visible_at: now + 30_000,
                         receive_count: 1,
-                        first_received_at: now,
+                        received_at: now,
                     })
                     .collect();
                 ledger.append_to(&mut log, &leases).expect("an append");

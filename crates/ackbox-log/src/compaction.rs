@@ -102,8 +102,6 @@ pub fn copy_forward(payload: &[u8], state: &MessageState) -> Result<Record, LogE
             "a live message's position holds neither a send nor a move".to_owned(),
         ));
     };
-    message.visible_at = state.visible_at;
-    message.receive_count = state.receive_count;
-    message.first_received_at = state.first_received_at;
+    state.stamp(&mut message);
     Ok(Record::Sent(message))
 }

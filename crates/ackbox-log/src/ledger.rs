@@ -33,6 +33,19 @@ pub struct MessageState {
     pub receive_count: u32,
     /// Epoch milliseconds of the first delivery.
     pub first_received_at: Option<i64>,
+    /// Epoch milliseconds of the latest delivery.
+    pub last_received_at: Option<i64>,
+}
+
+impl MessageState {
+    /// Writes this state into `message` (its record's copy of it is the one
+    /// it was sent or last copied with).
+    pub fn stamp(&self, message: &mut SentMessage) {
+        message.visible_at = self.visible_at;
+        message.receive_count = self.receive_count;
+        message.first_received_at = self.first_received_at;
+        message.last_received_at = self.last_received_at;
+    }
 }
 
 /// A queue's messages split as SQS's approximate counts split them.
@@ -176,13 +189,14 @@ impl Ledger {
                 seq,
                 visible_at,
                 receive_count,
-                first_received_at,
+                received_at,
             } => {
                 if let Some(ledger) = self.queues.get_mut(queue) {
                     ledger.update(*seq, |state| {
                         state.visible_at = *visible_at;
                         state.receive_count = *receive_count;
-                        state.first_received_at.get_or_insert(*first_received_at);
+                        state.first_received_at.get_or_insert(*received_at);
+                        state.last_received_at = Some(*received_at);
                     });
                 }
             }
@@ -230,6 +244,7 @@ impl Ledger {
             visible_at: message.visible_at,
             receive_count: message.receive_count,
             first_received_at: message.first_received_at,
+            last_received_at: message.last_received_at,
         };
         let replaced = self
             .queues
@@ -308,6 +323,12 @@ impl Ledger {
                 .map(|&(_, seq)| seq)
                 .collect()
         })
+    }
+
+    /// Up to `limit` of `queue`'s messages, oldest sent first: what a peek
+    /// shows.
+    pub fn oldest(&self, queue: u64, limit: usize) -> Vec<u64> {
+        self.expired(queue, i64::MAX, limit)
     }
 
     /// `queue`'s approximate counts at `now`.
@@ -413,7 +434,7 @@ mod tests {
             seq,
             visible_at,
             receive_count,
-            first_received_at: 0,
+            received_at: 0,
         }
     }
 

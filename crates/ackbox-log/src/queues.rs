@@ -214,6 +214,7 @@ impl StandardQueues {
                     visible_at: now + message.delay_ms.max(0),
                     receive_count: 0,
                     first_received_at: None,
+                    last_received_at: None,
                     dead_letter_source_arn: None,
                     content: message.content,
                 })
@@ -266,7 +267,7 @@ impl StandardQueues {
                 seq,
                 visible_at: now + request.visibility_ms.max(0),
                 receive_count: state.receive_count + 1,
-                first_received_at: state.first_received_at.unwrap_or(now),
+                received_at: now,
             });
             leased.push((seq, state.position));
         }
@@ -282,9 +283,8 @@ impl StandardQueues {
                 let mut message = decode_message(payload, *seq)?;
                 message.queue = target.queue;
                 message.seq = new_seq;
+                state.stamp(&mut message);
                 message.visible_at = now;
-                message.receive_count = state.receive_count;
-                message.first_received_at = state.first_received_at;
                 message.dead_letter_source_arn = Some(target.source_arn.clone());
                 records.push(Record::Moved {
                     from_queue: queue,
@@ -301,9 +301,7 @@ impl StandardQueues {
         for (payload, &(seq, _)) in payloads.iter().zip(&leased) {
             let mut message = decode_message(payload, seq)?;
             if let Some(state) = ledger.message(queue, seq) {
-                message.visible_at = state.visible_at;
-                message.receive_count = state.receive_count;
-                message.first_received_at = state.first_received_at;
+                state.stamp(&mut message);
             }
             deliveries.push(Delivery { message });
         }
@@ -377,6 +375,28 @@ impl StandardQueues {
             .collect();
         let lsn = self.append(&mut ledger, &records)?;
         Ok((records.len() as u64, lsn))
+    }
+
+    /// Up to `max` of `queue`'s messages, oldest sent first, as they are now,
+    /// without leasing anything.
+    pub fn peek(&self, queue: u64, max: usize) -> Result<Vec<SentMessage>, QueuesError> {
+        let ledger = self.ledger();
+        let live: Vec<_> = ledger
+            .oldest(queue, max)
+            .into_iter()
+            .filter_map(|seq| Some((seq, *ledger.message(queue, seq)?)))
+            .collect();
+        let positions: Vec<_> = live.iter().map(|(_, state)| state.position).collect();
+        let payloads = self.commit.read_log().read_many(&positions)?;
+        payloads
+            .iter()
+            .zip(&live)
+            .map(|(payload, (seq, state))| {
+                let mut message = decode_message(payload, *seq)?;
+                state.stamp(&mut message);
+                Ok(message)
+            })
+            .collect()
     }
 
     /// Removes every message of `queue` sent so far; the LSN to wait on.

@@ -45,6 +45,8 @@ pub struct SentMessage {
     pub receive_count: u32,
     /// Epoch milliseconds of the first delivery.
     pub first_received_at: Option<i64>,
+    /// Epoch milliseconds of the latest delivery.
+    pub last_received_at: Option<i64>,
     /// The queue it was dead-lettered from (`DeadLetterQueueSourceArn`).
     pub dead_letter_source_arn: Option<String>,
     /// The message itself.
@@ -66,8 +68,9 @@ pub enum Record {
         visible_at: i64,
         /// Deliveries, this one included.
         receive_count: u32,
-        /// Epoch milliseconds of the first delivery.
-        first_received_at: i64,
+        /// When this delivery happened, epoch milliseconds: the latest
+        /// delivery's time, and the first's if there was none before.
+        received_at: i64,
     },
     /// A lease's deadline moved (ChangeMessageVisibility, a nack).
     VisibilityChanged {
@@ -175,14 +178,14 @@ impl Record {
                 seq,
                 visible_at,
                 receive_count,
-                first_received_at,
+                received_at,
             } => {
                 out.push(LEASED);
                 put_u64(out, *queue);
                 put_u64(out, *seq);
                 put_i64(out, *visible_at);
                 put_u32(out, *receive_count);
-                put_i64(out, *first_received_at);
+                put_i64(out, *received_at);
             }
             Self::VisibilityChanged {
                 queue,
@@ -229,7 +232,7 @@ impl Record {
                 seq: reader.u64("seq")?,
                 visible_at: reader.i64("visible_at")?,
                 receive_count: reader.u32("receive_count")?,
-                first_received_at: reader.i64("first_received_at")?,
+                received_at: reader.i64("received_at")?,
             },
             VISIBILITY_CHANGED => Self::VisibilityChanged {
                 queue: reader.u64("queue")?,
@@ -260,6 +263,7 @@ fn put_message(out: &mut Vec<u8>, message: &SentMessage) {
     put_i64(out, message.visible_at);
     put_u32(out, message.receive_count);
     put_optional_i64(out, message.first_received_at);
+    put_optional_i64(out, message.last_received_at);
     put_optional_str(out, message.dead_letter_source_arn.as_deref());
     let content = &message.content;
     put_str(out, &content.message_id);
@@ -370,6 +374,7 @@ impl<'a> Reader<'a> {
             visible_at: self.i64("visible_at")?,
             receive_count: self.u32("receive_count")?,
             first_received_at: self.optional_i64("first_received_at")?,
+            last_received_at: self.optional_i64("last_received_at")?,
             dead_letter_source_arn: self.optional_string("dead_letter_source_arn")?,
             content: Content {
                 message_id: self.string("message_id")?,
@@ -401,14 +406,19 @@ mod tests {
     fn sent_message() -> impl Strategy<Value = SentMessage> {
         (
             (any::<u64>(), any::<u64>(), any::<i64>(), any::<i64>()),
-            (any::<u32>(), option::of(any::<i64>()), option::of(".*")),
+            (
+                any::<u32>(),
+                option::of(any::<i64>()),
+                option::of(any::<i64>()),
+                option::of(".*"),
+            ),
             (".*", ".*", option::of(".*"), "[0-9a-f]{32}"),
             (option::of("[0-9a-f]{32}"), option::of(".*"), ".*"),
         )
             .prop_map(
                 |(
                     (queue, seq, sent_at, visible_at),
-                    (receive_count, first_received_at, dead_letter_source_arn),
+                    (receive_count, first_received_at, last_received_at, dead_letter_source_arn),
                     (message_id, body, attributes, md5_of_body),
                     (md5_of_attributes, trace_header, sender_id),
                 )| SentMessage {
@@ -418,6 +428,7 @@ mod tests {
                     visible_at,
                     receive_count,
                     first_received_at,
+                    last_received_at,
                     dead_letter_source_arn,
                     content: Content {
                         message_id,
@@ -449,15 +460,15 @@ mod tests {
                 any::<u32>(),
                 any::<i64>()
             )
-                .prop_map(
-                    |(queue, seq, visible_at, receive_count, first_received_at)| Record::Leased {
+                .prop_map(|(queue, seq, visible_at, receive_count, received_at)| {
+                    Record::Leased {
                         queue,
                         seq,
                         visible_at,
                         receive_count,
-                        first_received_at,
+                        received_at,
                     }
-                ),
+                }),
             (any::<u64>(), any::<u64>(), any::<i64>()).prop_map(|(queue, seq, visible_at)| {
                 Record::VisibilityChanged {
                     queue,
@@ -493,7 +504,7 @@ mod tests {
             seq: 2,
             visible_at: 3,
             receive_count: 4,
-            first_received_at: 5,
+            received_at: 5,
         };
         assert_eq!(lease.to_bytes().len(), 37);
     }

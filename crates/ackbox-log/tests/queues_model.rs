@@ -47,6 +47,11 @@ enum Op {
     Purge {
         queue: u64,
     },
+    /// A look at the oldest messages, leasing nothing.
+    Peek {
+        queue: u64,
+        max: usize,
+    },
     /// Retention's sweep: drops what was sent `RETENTION_MS` ago or more.
     Expire {
         queue: u64,
@@ -69,6 +74,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(handle, visibility_ms)| Op::ChangeVisibility { handle, visibility_ms }),
         1 => (0..QUEUES).prop_map(|queue| Op::Purge { queue }),
         2 => (0..QUEUES, 1usize..4).prop_map(|(queue, limit)| Op::Expire { queue, limit }),
+        1 => (0..QUEUES, 1usize..5).prop_map(|(queue, max)| Op::Peek { queue, max }),
         // Leases and ticks in steps of 5 ms land exactly on retention's and
         // leases' edges often.
         3 => (1i64..4).prop_map(|steps| Op::Tick { ms: steps * 5 }),
@@ -84,6 +90,7 @@ struct Message {
     visible_at: i64,
     /// Moved here from the source queue: carries its ARN.
     dead_lettered: bool,
+    last_received_at: Option<i64>,
     receive_count: u32,
     body: String,
 }
@@ -158,6 +165,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         seq,
                         sent_at: now,
                         dead_lettered: false,
+                        last_received_at: None,
                         visible_at: now + delay_ms,
                         receive_count: 0,
                         body: format!("{now}-{index}"),
@@ -210,6 +218,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     } else {
                         message.receive_count += 1;
                         message.visible_at = now + visibility_ms;
+                        message.last_received_at = Some(now);
                         leased.push(message.clone());
                     }
                 }
@@ -232,6 +241,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         )
                     );
                     prop_assert_eq!(got.dead_letter_source_arn.is_some(), message.dead_lettered);
+                    prop_assert_eq!(got.last_received_at, Some(now));
                     handles.push((queue, got.seq, got.receive_count));
                 }
             }
@@ -295,6 +305,22 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .messages
                     .retain(|m| !(m.queue == queue && old.contains(&(m.sent_at, m.seq))));
                 prop_assert_eq!(expired, old.len() as u64);
+            }
+            Op::Peek { queue, max } => {
+                let peeked = queues.peek(queue, max).expect("a peek");
+                let mut oldest: Vec<&Message> =
+                    model.messages.iter().filter(|m| m.queue == queue).collect();
+                oldest.sort_by_key(|m| (m.sent_at, m.seq));
+                oldest.truncate(max);
+                let got: Vec<_> = peeked
+                    .iter()
+                    .map(|m| (m.seq, m.receive_count, m.visible_at, m.last_received_at))
+                    .collect();
+                let expected: Vec<_> = oldest
+                    .iter()
+                    .map(|m| (m.seq, m.receive_count, m.visible_at, m.last_received_at))
+                    .collect();
+                prop_assert_eq!(got, expected);
             }
             Op::Tick { ms } => now += ms,
             Op::Reopen => {

@@ -40,7 +40,7 @@ fn lease(seq: u64, visible_at: i64, receive_count: u32) -> Record {
         seq,
         visible_at,
         receive_count,
-        first_received_at: 1_500,
+        received_at: 1_500,
     }
 }
 
