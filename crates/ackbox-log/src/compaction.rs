@@ -14,8 +14,8 @@
 //! crash between the two leaves both the original and the copy, and replay
 //! keeps the later one; a crash mid-removal leaves a shorter prefix removed.
 
-use crate::ledger::{Ledger, MessageState};
-use crate::log::{Log, LogError};
+use crate::ledger::Ledger;
+use crate::log::{Log, LogError, LogPosition};
 use crate::record::Record;
 
 /// When a segment is worth copying out of.
@@ -80,7 +80,9 @@ pub fn compact(
             .read_many(&positions)?
             .iter()
             .zip(&messages)
-            .map(|(payload, (_, _, state))| copy_forward(payload, state))
+            .map(|(payload, &(queue, seq, state))| {
+                copy_forward(ledger, queue, seq, state.position, payload)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         ledger.append_to(log, &copies)?;
         log.sync()?;
@@ -88,12 +90,19 @@ pub fn compact(
     }
 }
 
-/// The send record found at `state.position` (its bytes are `payload`),
-/// carrying the message's current state: what compaction appends again.
-pub fn copy_forward(payload: &[u8], state: &MessageState) -> Result<Record, LogError> {
+/// Message `seq` of `queue` as a send record carrying its current state:
+/// what compaction appends again. `payload` is the record at `position`,
+/// its send or the move that brought it.
+pub fn copy_forward(
+    ledger: &Ledger,
+    queue: u64,
+    seq: u64,
+    position: LogPosition,
+    payload: &[u8],
+) -> Result<Record, LogError> {
     let damaged = |reason: String| LogError::Damaged {
-        segment: state.position.segment,
-        offset: state.position.offset,
+        segment: position.segment,
+        offset: position.offset,
         reason,
     };
     let record = Record::decode(payload).map_err(|error| damaged(error.to_string()))?;
@@ -102,6 +111,10 @@ pub fn copy_forward(payload: &[u8], state: &MessageState) -> Result<Record, LogE
             "a live message's position holds neither a send nor a move".to_owned(),
         ));
     };
-    state.stamp(&mut message);
+    if !ledger.stamp(queue, seq, &mut message) {
+        return Err(damaged(format!(
+            "message {seq} of queue {queue} is not live"
+        )));
+    }
     Ok(Record::Sent(message))
 }

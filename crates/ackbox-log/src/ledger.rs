@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::path::Path;
 
 use crate::log::{Log, LogError, LogOptions, LogPosition, Recovery};
-use crate::record::{Record, SentMessage};
+use crate::record::{Failures, Record, SentMessage};
 
 /// What the ledger knows of one live message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,17 +35,6 @@ pub struct MessageState {
     pub first_received_at: Option<i64>,
     /// Epoch milliseconds of the latest delivery.
     pub last_received_at: Option<i64>,
-}
-
-impl MessageState {
-    /// Writes this state into `message` (its record's copy of it is the one
-    /// it was sent or last copied with).
-    pub fn stamp(&self, message: &mut SentMessage) {
-        message.visible_at = self.visible_at;
-        message.receive_count = self.receive_count;
-        message.first_received_at = self.first_received_at;
-        message.last_received_at = self.last_received_at;
-    }
 }
 
 /// A queue's messages split as SQS's approximate counts split them.
@@ -70,11 +59,22 @@ struct QueueLedger {
     /// Retention's order: oldest sent first. Not the sequence order, since a
     /// dead-letter move keeps the message's original send time.
     by_age: BTreeSet<(i64, u64)>,
+    /// Reported failures, of the few messages that have any: kept beside
+    /// the states so that a message without one costs nothing for them.
+    failures: HashMap<u64, Failures>,
 }
 
 impl QueueLedger {
-    fn insert(&mut self, seq: u64, state: MessageState) -> Option<MessageState> {
+    fn insert(
+        &mut self,
+        seq: u64,
+        state: MessageState,
+        failures: Option<Failures>,
+    ) -> Option<MessageState> {
         let replaced = self.remove(seq);
+        if let Some(failures) = failures {
+            self.failures.insert(seq, failures);
+        }
         self.order
             .insert((state.visible_at, state.receive_count, seq));
         self.by_age.insert((state.sent_at, seq));
@@ -87,6 +87,7 @@ impl QueueLedger {
         self.order
             .remove(&(state.visible_at, state.receive_count, seq));
         self.by_age.remove(&(state.sent_at, seq));
+        self.failures.remove(&seq);
         Some(state)
     }
 
@@ -200,6 +201,22 @@ impl Ledger {
                     });
                 }
             }
+            Record::Nacked {
+                queue,
+                seq,
+                visible_at,
+                failed_at,
+                class,
+                message,
+            } => {
+                if let Some(ledger) = self.queues.get_mut(queue)
+                    && ledger.update(*seq, |state| state.visible_at = *visible_at)
+                {
+                    let failures =
+                        Failures::and(ledger.failures.get(seq), *failed_at, class, message);
+                    ledger.failures.insert(*seq, failures);
+                }
+            }
             Record::VisibilityChanged {
                 queue,
                 seq,
@@ -246,11 +263,11 @@ impl Ledger {
             first_received_at: message.first_received_at,
             last_received_at: message.last_received_at,
         };
-        let replaced = self
-            .queues
-            .entry(message.queue)
-            .or_default()
-            .insert(message.seq, state);
+        let replaced = self.queues.entry(message.queue).or_default().insert(
+            message.seq,
+            state,
+            message.failures.clone(),
+        );
         if let Some(replaced) = replaced {
             self.forget_live(replaced.position.segment);
         }
@@ -286,6 +303,24 @@ impl Ledger {
         {
             self.queues.remove(&queue);
         }
+    }
+
+    /// Writes a live message's current state and failures into `message`
+    /// (its record holds them as they were when it was written); false when
+    /// the message is not live.
+    pub fn stamp(&self, queue: u64, seq: u64, message: &mut SentMessage) -> bool {
+        let Some(ledger) = self.queues.get(&queue) else {
+            return false;
+        };
+        let Some(state) = ledger.messages.get(&seq) else {
+            return false;
+        };
+        message.visible_at = state.visible_at;
+        message.receive_count = state.receive_count;
+        message.first_received_at = state.first_received_at;
+        message.last_received_at = state.last_received_at;
+        message.failures = ledger.failures.get(&seq).cloned();
+        true
     }
 
     /// A live message's state.

@@ -1,8 +1,8 @@
 //! Standard-queue semantics over the log: send, receive under a lease
 //! (dropping what is past retention and moving what was received too often
 //! to the dead-letter queue, in one record per move), delete and change
-//! visibility with the embedded store's lease rules, retention's sweep, and
-//! purge.
+//! visibility with the embedded store's lease rules, nacks with failure
+//! reports, retention's sweep, and purge.
 //!
 //! Each operation decides, appends its records and applies them to the
 //! ledger under one lock, so the ledger and the log agree on the order of
@@ -11,8 +11,8 @@
 //! acknowledges; leases, deletes and visibility changes are not waited for
 //! (a crash that loses one only delivers the message again).
 //!
-//! Not here yet: nacks with failure records, and a compaction task; a `Store` over this is the next step
-//! (`docs/storage.md`).
+//! Not here yet: a compaction task and move-task steps; a `Store` over
+//! this is the next step (`docs/storage.md`).
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -20,7 +20,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::group_commit::{CommitError, GroupCommit, GroupCommitOptions, Lsn};
 use crate::ledger::{Ledger, QueueCounts};
 use crate::log::{Log, LogError, LogOptions, Recovery};
-use crate::record::{Content, DecodeError, Record, SentMessage};
+use crate::record::{Content, DecodeError, Failures, Record, SentMessage};
 
 /// A message to send, and how long to hold it back.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -80,6 +80,32 @@ pub struct Received {
     pub dead_lettered: u64,
 }
 
+/// What a nack asks for.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Nack {
+    /// When the message may be delivered again, if it stays.
+    pub visible_at: i64,
+    /// The failure's class and message, if the consumer reported one.
+    pub failure: Option<(String, String)>,
+    /// Move it to the dead-letter queue now, whatever its receive count.
+    pub permanent: bool,
+    /// The queue's redrive policy, if it has one.
+    pub dead_letter: Option<DeadLetter>,
+}
+
+/// What a nack did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NackOutcome {
+    /// The message stays, visible again at the time asked.
+    Retried,
+    /// The message moved to the dead-letter queue.
+    DeadLettered,
+    /// The message is gone, or was received again under a newer lease.
+    NotAvailable,
+    /// The lease had already ended.
+    NotInFlight,
+}
+
 /// What a delete did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Deleted {
@@ -125,6 +151,27 @@ pub enum QueuesError {
         /// Why.
         source: DecodeError,
     },
+}
+
+/// Message `seq` of `queue`, whose record is `payload`, as it goes into the
+/// dead-letter queue under `new_seq`: its current state and failures, its
+/// original send time, visible at once, and the source's ARN recorded.
+fn dead_letter_copy(
+    ledger: &Ledger,
+    queue: u64,
+    seq: u64,
+    payload: &[u8],
+    new_seq: u64,
+    target: &DeadLetter,
+    now: i64,
+) -> Result<SentMessage, QueuesError> {
+    let mut message = decode_message(payload, seq)?;
+    ledger.stamp(queue, seq, &mut message);
+    message.queue = target.queue;
+    message.seq = new_seq;
+    message.visible_at = now;
+    message.dead_letter_source_arn = Some(target.source_arn.clone());
+    Ok(message)
 }
 
 /// The message a live message's position holds (its send, or the move that
@@ -216,6 +263,7 @@ impl StandardQueues {
                     first_received_at: None,
                     last_received_at: None,
                     dead_letter_source_arn: None,
+                    failures: None,
                     content: message.content,
                 })
             })
@@ -279,13 +327,9 @@ impl StandardQueues {
             let positions: Vec<_> = doomed.iter().map(|(_, state)| state.position).collect();
             let payloads = self.commit.read_log().read_many(&positions)?;
             let new_seqs = ledger.allocate_seqs(doomed.len() as u64);
-            for ((payload, (seq, state)), new_seq) in payloads.iter().zip(&doomed).zip(new_seqs) {
-                let mut message = decode_message(payload, *seq)?;
-                message.queue = target.queue;
-                message.seq = new_seq;
-                state.stamp(&mut message);
-                message.visible_at = now;
-                message.dead_letter_source_arn = Some(target.source_arn.clone());
+            for ((payload, (seq, _)), new_seq) in payloads.iter().zip(&doomed).zip(new_seqs) {
+                let message =
+                    dead_letter_copy(&ledger, queue, *seq, payload, new_seq, target, now)?;
                 records.push(Record::Moved {
                     from_queue: queue,
                     from_seq: *seq,
@@ -300,9 +344,7 @@ impl StandardQueues {
         let mut deliveries = Vec::with_capacity(payloads.len());
         for (payload, &(seq, _)) in payloads.iter().zip(&leased) {
             let mut message = decode_message(payload, seq)?;
-            if let Some(state) = ledger.message(queue, seq) {
-                state.stamp(&mut message);
-            }
+            ledger.stamp(queue, seq, &mut message);
             deliveries.push(Delivery { message });
         }
         Ok(Received {
@@ -391,12 +433,75 @@ impl StandardQueues {
         payloads
             .iter()
             .zip(&live)
-            .map(|(payload, (seq, state))| {
+            .map(|(payload, (seq, _))| {
                 let mut message = decode_message(payload, *seq)?;
-                state.stamp(&mut message);
+                ledger.stamp(queue, *seq, &mut message);
                 Ok(message)
             })
             .collect()
+    }
+
+    /// Gives back the message the lease `(seq, lease)` names, with a failure
+    /// if the consumer reported one: visible again at `nack.visible_at`, or
+    /// moved to the dead-letter queue at once when the nack is permanent or
+    /// the next receive would exceed the queue's `maxReceiveCount`.
+    pub fn nack(
+        &self,
+        queue: u64,
+        (seq, lease): (u64, u32),
+        now: i64,
+        nack: &Nack,
+    ) -> Result<NackOutcome, QueuesError> {
+        let mut ledger = self.ledger();
+        let state = match ledger.message(queue, seq) {
+            None => return Ok(NackOutcome::NotAvailable),
+            Some(state) if state.receive_count != lease => return Ok(NackOutcome::NotAvailable),
+            Some(state) if state.visible_at <= now => return Ok(NackOutcome::NotInFlight),
+            Some(state) => *state,
+        };
+        let dead_letter = nack
+            .dead_letter
+            .as_ref()
+            .filter(|target| nack.permanent || state.receive_count >= target.max_receive_count);
+        let (record, outcome) = match (dead_letter, &nack.failure) {
+            (Some(target), failure) => {
+                let payload = self.commit.read_log().read(state.position)?;
+                let new_seq = ledger.allocate_seqs(1).start;
+                let mut message =
+                    dead_letter_copy(&ledger, queue, seq, &payload, new_seq, target, now)?;
+                if let Some((class, reason)) = failure {
+                    message.failures =
+                        Some(Failures::and(message.failures.as_ref(), now, class, reason));
+                }
+                let record = Record::Moved {
+                    from_queue: queue,
+                    from_seq: seq,
+                    to: message,
+                };
+                (record, NackOutcome::DeadLettered)
+            }
+            (None, Some((class, message))) => {
+                let record = Record::Nacked {
+                    queue,
+                    seq,
+                    visible_at: nack.visible_at,
+                    failed_at: now,
+                    class: class.clone(),
+                    message: message.clone(),
+                };
+                (record, NackOutcome::Retried)
+            }
+            (None, None) => {
+                let record = Record::VisibilityChanged {
+                    queue,
+                    seq,
+                    visible_at: nack.visible_at,
+                };
+                (record, NackOutcome::Retried)
+            }
+        };
+        self.append(&mut ledger, &[record])?;
+        Ok(outcome)
     }
 
     /// Removes every message of `queue` sent so far; the LSN to wait on.

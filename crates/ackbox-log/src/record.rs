@@ -29,6 +29,34 @@ pub struct Content {
     pub sender_id: String,
 }
 
+/// What consumers reported about a message's failures (`AckBox.NackMessage`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Failures {
+    /// How many were reported.
+    pub count: u32,
+    /// When the first was, epoch milliseconds.
+    pub first_at: i64,
+    /// When the latest was, epoch milliseconds.
+    pub last_at: i64,
+    /// The latest one's class (an error type name, say).
+    pub last_class: String,
+    /// The latest one's message.
+    pub last_message: String,
+}
+
+impl Failures {
+    /// These failures and one more, reported at `at`.
+    pub fn and(failures: Option<&Self>, at: i64, class: &str, message: &str) -> Self {
+        Self {
+            count: failures.map_or(0, |f| f.count) + 1,
+            first_at: failures.map_or(at, |f| f.first_at),
+            last_at: at,
+            last_class: class.to_owned(),
+            last_message: message.to_owned(),
+        }
+    }
+}
+
 /// A message as it was sent, with its delivery state when this record was
 /// written.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -49,6 +77,8 @@ pub struct SentMessage {
     pub last_received_at: Option<i64>,
     /// The queue it was dead-lettered from (`DeadLetterQueueSourceArn`).
     pub dead_letter_source_arn: Option<String>,
+    /// The failures reported so far.
+    pub failures: Option<Failures>,
     /// The message itself.
     pub content: Content,
 }
@@ -88,6 +118,22 @@ pub enum Record {
         /// The message.
         seq: u64,
     },
+    /// A consumer gave a message back with a failure: visible again at
+    /// `visible_at`, the failure counted and the latest one's reason kept.
+    Nacked {
+        /// The queue's id.
+        queue: u64,
+        /// The message.
+        seq: u64,
+        /// When it may be delivered again, epoch milliseconds.
+        visible_at: i64,
+        /// When the failure was reported, epoch milliseconds.
+        failed_at: i64,
+        /// The failure's class.
+        class: String,
+        /// What went wrong.
+        message: String,
+    },
     /// A message left one queue for another under a new sequence number
     /// (a dead-letter move): one record, so a torn tail can never keep the
     /// removal and lose the copy.
@@ -114,6 +160,7 @@ const VISIBILITY_CHANGED: u8 = 3;
 const DELETED: u8 = 4;
 const PURGED: u8 = 5;
 const MOVED: u8 = 6;
+const NACKED: u8 = 7;
 
 /// A payload that is not a record of this format.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -138,6 +185,7 @@ impl Record {
         match self {
             Self::Sent(message) | Self::Moved { to: message, .. } => message.queue,
             Self::Leased { queue, .. }
+            | Self::Nacked { queue, .. }
             | Self::VisibilityChanged { queue, .. }
             | Self::Deleted { queue, .. }
             | Self::Purged { queue, .. } => *queue,
@@ -150,6 +198,7 @@ impl Record {
         match self {
             Self::Sent(message) | Self::Moved { to: message, .. } => Some(message),
             Self::Leased { .. }
+            | Self::Nacked { .. }
             | Self::VisibilityChanged { .. }
             | Self::Deleted { .. }
             | Self::Purged { .. } => None,
@@ -186,6 +235,22 @@ impl Record {
                 put_i64(out, *visible_at);
                 put_u32(out, *receive_count);
                 put_i64(out, *received_at);
+            }
+            Self::Nacked {
+                queue,
+                seq,
+                visible_at,
+                failed_at,
+                class,
+                message,
+            } => {
+                out.push(NACKED);
+                put_u64(out, *queue);
+                put_u64(out, *seq);
+                put_i64(out, *visible_at);
+                put_i64(out, *failed_at);
+                put_str(out, class);
+                put_str(out, message);
             }
             Self::VisibilityChanged {
                 queue,
@@ -234,6 +299,14 @@ impl Record {
                 receive_count: reader.u32("receive_count")?,
                 received_at: reader.i64("received_at")?,
             },
+            NACKED => Self::Nacked {
+                queue: reader.u64("queue")?,
+                seq: reader.u64("seq")?,
+                visible_at: reader.i64("visible_at")?,
+                failed_at: reader.i64("failed_at")?,
+                class: reader.string("class")?,
+                message: reader.string("message")?,
+            },
             VISIBILITY_CHANGED => Self::VisibilityChanged {
                 queue: reader.u64("queue")?,
                 seq: reader.u64("seq")?,
@@ -265,6 +338,17 @@ fn put_message(out: &mut Vec<u8>, message: &SentMessage) {
     put_optional_i64(out, message.first_received_at);
     put_optional_i64(out, message.last_received_at);
     put_optional_str(out, message.dead_letter_source_arn.as_deref());
+    match &message.failures {
+        Some(failures) => {
+            out.push(1);
+            put_u32(out, failures.count);
+            put_i64(out, failures.first_at);
+            put_i64(out, failures.last_at);
+            put_str(out, &failures.last_class);
+            put_str(out, &failures.last_message);
+        }
+        None => out.push(0),
+    }
     let content = &message.content;
     put_str(out, &content.message_id);
     put_str(out, &content.body);
@@ -376,6 +460,17 @@ impl<'a> Reader<'a> {
             first_received_at: self.optional_i64("first_received_at")?,
             last_received_at: self.optional_i64("last_received_at")?,
             dead_letter_source_arn: self.optional_string("dead_letter_source_arn")?,
+            failures: if self.present("failures")? {
+                Some(Failures {
+                    count: self.u32("failure_count")?,
+                    first_at: self.i64("first_failure_at")?,
+                    last_at: self.i64("last_failure_at")?,
+                    last_class: self.string("last_failure_class")?,
+                    last_message: self.string("last_failure_message")?,
+                })
+            } else {
+                None
+            },
             content: Content {
                 message_id: self.string("message_id")?,
                 body: self.string("body")?,
@@ -411,6 +506,7 @@ mod tests {
                 option::of(any::<i64>()),
                 option::of(any::<i64>()),
                 option::of(".*"),
+                option::of((any::<u32>(), any::<i64>(), any::<i64>(), ".*", ".*")),
             ),
             (".*", ".*", option::of(".*"), "[0-9a-f]{32}"),
             (option::of("[0-9a-f]{32}"), option::of(".*"), ".*"),
@@ -418,7 +514,13 @@ mod tests {
             .prop_map(
                 |(
                     (queue, seq, sent_at, visible_at),
-                    (receive_count, first_received_at, last_received_at, dead_letter_source_arn),
+                    (
+                        receive_count,
+                        first_received_at,
+                        last_received_at,
+                        dead_letter_source_arn,
+                        failures,
+                    ),
                     (message_id, body, attributes, md5_of_body),
                     (md5_of_attributes, trace_header, sender_id),
                 )| SentMessage {
@@ -430,6 +532,15 @@ mod tests {
                     first_received_at,
                     last_received_at,
                     dead_letter_source_arn,
+                    failures: failures.map(
+                        |(count, first_at, last_at, last_class, last_message)| Failures {
+                            count,
+                            first_at,
+                            last_at,
+                            last_class,
+                            last_message,
+                        },
+                    ),
                     content: Content {
                         message_id,
                         body,
@@ -467,6 +578,24 @@ mod tests {
                         visible_at,
                         receive_count,
                         received_at,
+                    }
+                }),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                any::<i64>(),
+                any::<i64>(),
+                ".*",
+                ".*"
+            )
+                .prop_map(|(queue, seq, visible_at, failed_at, class, message)| {
+                    Record::Nacked {
+                        queue,
+                        seq,
+                        visible_at,
+                        failed_at,
+                        class,
+                        message,
                     }
                 }),
             (any::<u64>(), any::<u64>(), any::<i64>()).prop_map(|(queue, seq, visible_at)| {

@@ -11,9 +11,10 @@ use ackbox_log::group_commit::GroupCommitOptions;
 use ackbox_log::ledger::QueueCounts;
 use ackbox_log::log::LogOptions;
 use ackbox_log::queues::{
-    DeadLetter, Deleted, Outgoing, ReceiveRequest, StandardQueues, VisibilityChanged,
+    DeadLetter, Deleted, Nack, NackOutcome, Outgoing, ReceiveRequest, StandardQueues,
+    VisibilityChanged,
 };
-use ackbox_log::record::Content;
+use ackbox_log::record::{Content, SentMessage};
 use proptest::prelude::*;
 
 const QUEUES: u64 = 3;
@@ -47,6 +48,13 @@ enum Op {
     Purge {
         queue: u64,
     },
+    /// Give a message back, with or without a failure, or dead-letter it.
+    Nack {
+        handle: usize,
+        delay_ms: i64,
+        with_failure: bool,
+        permanent: bool,
+    },
     /// A look at the oldest messages, leasing nothing.
     Peek {
         queue: u64,
@@ -72,6 +80,13 @@ fn op() -> impl Strategy<Value = Op> {
         3 => any::<usize>().prop_map(|handle| Op::Delete { handle }),
         2 => (any::<usize>(), (0i64..5).prop_map(|steps| steps * 5))
             .prop_map(|(handle, visibility_ms)| Op::ChangeVisibility { handle, visibility_ms }),
+        2 => (any::<usize>(), (0i64..3).prop_map(|steps| steps * 5), any::<bool>(), any::<bool>())
+            .prop_map(|(handle, delay_ms, with_failure, permanent)| Op::Nack {
+                handle,
+                delay_ms,
+                with_failure,
+                permanent,
+            }),
         1 => (0..QUEUES).prop_map(|queue| Op::Purge { queue }),
         2 => (0..QUEUES, 1usize..4).prop_map(|(queue, limit)| Op::Expire { queue, limit }),
         1 => (0..QUEUES, 1usize..5).prop_map(|(queue, max)| Op::Peek { queue, max }),
@@ -93,6 +108,8 @@ struct Message {
     last_received_at: Option<i64>,
     receive_count: u32,
     body: String,
+    /// Failures reported, and the latest one's class.
+    failures: Option<(u32, String)>,
 }
 
 #[derive(Debug, Default)]
@@ -121,6 +138,35 @@ impl Model {
         }
         counts
     }
+}
+
+/// A receipt handle issued so far: half the time one of the latest three
+/// (most likely still current), otherwise any (most likely stale).
+fn pick(handles: &[(u64, u64, u32)], choice: usize) -> Option<(u64, u64, u32)> {
+    let latest = handles.len().min(3);
+    let index = if choice.is_multiple_of(2) && latest > 0 {
+        handles.len() - 1 - (choice / 2) % latest
+    } else {
+        choice / 2 % handles.len().max(1)
+    };
+    handles.get(index).copied()
+}
+
+/// The redrive policy of `queue`: only the source queue has one.
+fn dead_letter_of(queue: u64) -> Option<DeadLetter> {
+    (queue == SOURCE).then(|| DeadLetter {
+        queue: DEAD_LETTERS,
+        max_receive_count: MAX_RECEIVES,
+        source_arn: "arn:source".to_owned(),
+    })
+}
+
+/// A message's failure count and latest class, as the model keeps them.
+fn failures(message: &SentMessage) -> Option<(u32, String)> {
+    message
+        .failures
+        .as_ref()
+        .map(|failures| (failures.count, failures.last_class.clone()))
 }
 
 fn open(dir: &Path) -> StandardQueues {
@@ -166,6 +212,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         sent_at: now,
                         dead_lettered: false,
                         last_received_at: None,
+                        failures: None,
                         visible_at: now + delay_ms,
                         receive_count: 0,
                         body: format!("{now}-{index}"),
@@ -181,11 +228,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let request = ReceiveRequest {
                     max,
                     visibility_ms,
-                    dead_letter: (queue == SOURCE).then(|| DeadLetter {
-                        queue: DEAD_LETTERS,
-                        max_receive_count: MAX_RECEIVES,
-                        source_arn: "arn:source".to_owned(),
-                    }),
+                    dead_letter: dead_letter_of(queue),
                     expire_sent_at_or_before: (queue == SHORT_LIVED).then_some(now - RETENTION_MS),
                 };
                 let received = queues.receive(queue, now, &request).expect("a receive");
@@ -242,11 +285,12 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     );
                     prop_assert_eq!(got.dead_letter_source_arn.is_some(), message.dead_lettered);
                     prop_assert_eq!(got.last_received_at, Some(now));
+                    prop_assert_eq!(failures(got), message.failures.clone());
                     handles.push((queue, got.seq, got.receive_count));
                 }
             }
             Op::Delete { handle } => {
-                let Some(&(queue, seq, lease)) = handles.get(handle % handles.len().max(1)) else {
+                let Some((queue, seq, lease)) = pick(&handles, handle) else {
                     continue;
                 };
                 let outcome = queues
@@ -268,7 +312,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 handle,
                 visibility_ms,
             } => {
-                let Some(&(queue, seq, lease)) = handles.get(handle % handles.len().max(1)) else {
+                let Some((queue, seq, lease)) = pick(&handles, handle) else {
                     continue;
                 };
                 let outcome = queues
@@ -306,6 +350,50 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .retain(|m| !(m.queue == queue && old.contains(&(m.sent_at, m.seq))));
                 prop_assert_eq!(expired, old.len() as u64);
             }
+            Op::Nack {
+                handle,
+                delay_ms,
+                with_failure,
+                permanent,
+            } => {
+                let Some((queue, seq, lease)) = pick(&handles, handle) else {
+                    continue;
+                };
+                let class = format!("E{now}");
+                let nack = Nack {
+                    visible_at: now + delay_ms,
+                    failure: with_failure.then(|| (class.clone(), "it broke".to_owned())),
+                    permanent,
+                    dead_letter: dead_letter_of(queue),
+                };
+                let outcome = queues
+                    .nack(queue, (seq, lease), now, &nack)
+                    .expect("a nack");
+                let next_seq = model.next_seq;
+                let expected = match model.find(queue, seq) {
+                    None => NackOutcome::NotAvailable,
+                    Some(m) if m.receive_count != lease => NackOutcome::NotAvailable,
+                    Some(m) if m.visible_at <= now => NackOutcome::NotInFlight,
+                    Some(m) => {
+                        if with_failure {
+                            let count = m.failures.as_ref().map_or(0, |(count, _)| *count);
+                            m.failures = Some((count + 1, class));
+                        }
+                        if queue == SOURCE && (permanent || m.receive_count >= MAX_RECEIVES) {
+                            m.queue = DEAD_LETTERS;
+                            m.seq = next_seq;
+                            m.visible_at = now;
+                            m.dead_lettered = true;
+                            model.next_seq += 1;
+                            NackOutcome::DeadLettered
+                        } else {
+                            m.visible_at = now + delay_ms;
+                            NackOutcome::Retried
+                        }
+                    }
+                };
+                prop_assert_eq!(outcome, expected);
+            }
             Op::Peek { queue, max } => {
                 let peeked = queues.peek(queue, max).expect("a peek");
                 let mut oldest: Vec<&Message> =
@@ -314,11 +402,28 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 oldest.truncate(max);
                 let got: Vec<_> = peeked
                     .iter()
-                    .map(|m| (m.seq, m.receive_count, m.visible_at, m.last_received_at))
+                    .map(|m| {
+                        (
+                            m.seq,
+                            m.receive_count,
+                            m.visible_at,
+                            m.last_received_at,
+                            failures(m),
+                        )
+                    })
                     .collect();
                 let expected: Vec<_> = oldest
                     .iter()
-                    .map(|m| (m.seq, m.receive_count, m.visible_at, m.last_received_at))
+                    .map(|m| {
+                        let failures = m.failures.clone();
+                        (
+                            m.seq,
+                            m.receive_count,
+                            m.visible_at,
+                            m.last_received_at,
+                            failures,
+                        )
+                    })
                     .collect();
                 prop_assert_eq!(got, expected);
             }

@@ -467,7 +467,8 @@ fn a_crash_between_copying_forward_and_removing_keeps_one_message_with_its_lates
     append(&mut log, &mut ledger, &[lease(seqs[0], 4_000, 1)]);
     // The copies are appended and fsync'd; the crash comes before removal.
     let state = *ledger.message(QUEUE, seqs[0]).expect("a live message");
-    let copy = copy_forward(&log.read(state.position).expect("a record"), &state).expect("a copy");
+    let record = log.read(state.position).expect("a record");
+    let copy = copy_forward(&ledger, QUEUE, seqs[0], state.position, &record).expect("a copy");
     append(&mut log, &mut ledger, &[copy]);
     // A lease after the copy must still count.
     append(&mut log, &mut ledger, &[lease(seqs[0], 9_000, 2)]);
