@@ -16,7 +16,7 @@
 //! segment up to an LSN makes everything before it durable.
 
 use std::fs::File;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,10 @@ struct Progress {
     synced: Lsn,
     /// The file holding `appended`'s bytes: the newest segment.
     file: Arc<File>,
+    /// `file`'s segment number.
+    segment: u64,
+    /// The segment the latest completed sync covered.
+    synced_segment: u64,
     /// When `synced` last fell behind `appended`.
     unsynced_since: Option<Instant>,
     waiters: Vec<(Lsn, DurableCallback)>,
@@ -139,6 +143,8 @@ impl GroupCommit {
                 appended: 0,
                 synced: 0,
                 file: log.active_file()?,
+                segment: log.active_segment(),
+                synced_segment: log.active_segment(),
                 unsynced_since: None,
                 waiters: Vec::new(),
                 failed: None,
@@ -172,15 +178,29 @@ impl GroupCommit {
         payloads: impl IntoIterator<Item = &'a [u8]>,
         seq_floor: u64,
     ) -> Result<(Vec<LogPosition>, Lsn), CommitError> {
-        let mut log = self.write_log();
+        self.with_log(|log| log.append(payloads, seq_floor))
+    }
+
+    /// Runs `change` on the log alone (no append or read beside it):
+    /// appends, rolls, segment removal — compaction, say. Whatever it
+    /// appended counts towards the LSN it returns, and a segment it began is
+    /// the one the flusher syncs from then on.
+    pub fn with_log<R>(
+        &self,
+        change: impl FnOnce(&mut Log) -> Result<R, LogError>,
+    ) -> Result<(R, Lsn), CommitError> {
+        let mut log = self
+            .log
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(error) = &self.shared.lock().failed {
             return Err(error.clone());
         }
         let segment = log.active_segment();
         let before = log.active_len();
-        let positions = log.append(payloads, seq_floor)?;
+        let changed = change(&mut log)?;
         let rolled = log.active_segment() != segment;
-        // A roll synced the old segment whole; only the new one's bytes count.
+        // A roll synced the old segments whole; only the new one's bytes count.
         let written = if rolled {
             log.active_len()
         } else {
@@ -188,7 +208,7 @@ impl GroupCommit {
         };
         let file = if rolled {
             match log.active_file() {
-                Ok(file) => Some(file),
+                Ok(file) => Some((file, log.active_segment())),
                 Err(error) => {
                     // The flusher could not sync the new segment: nothing
                     // appended from here on may be called durable.
@@ -203,8 +223,9 @@ impl GroupCommit {
         };
         let mut progress = self.shared.lock();
         progress.appended += written;
-        if let Some(file) = file {
+        if let Some((file, segment)) = file {
             progress.file = file;
+            progress.segment = segment;
         }
         // The flusher sleeps until someone waits or the interval runs out;
         // only the first unsynced append starts that interval's clock.
@@ -217,7 +238,7 @@ impl GroupCommit {
         if starts_interval {
             self.shared.wake.notify_one();
         }
-        Ok((positions, lsn))
+        Ok((changed, lsn))
     }
 
     /// Calls `done` once everything up to `lsn` is durable (at once if it is
@@ -259,17 +280,17 @@ impl GroupCommit {
         })
     }
 
+    /// The newest segment a completed sync covered: once a durable append
+    /// returns, its segment (an older one was fsync'd whole when it was
+    /// sealed).
+    pub fn synced_segment(&self) -> u64 {
+        self.shared.lock().synced_segment
+    }
+
     /// The log, for reads (several at once, beside no append).
     pub fn read_log(&self) -> RwLockReadGuard<'_, Log> {
         self.log
             .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The log, for maintenance: compaction, removing segments.
-    pub fn write_log(&self) -> RwLockWriteGuard<'_, Log> {
-        self.log
-            .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -322,13 +343,14 @@ fn flush(shared: &Shared, options: GroupCommitOptions) {
             continue;
         }
         let target = progress.appended;
-        let file = Arc::clone(&progress.file);
+        let (file, segment) = (Arc::clone(&progress.file), progress.segment);
         drop(progress);
         let synced = file.sync_data();
         progress = shared.lock();
         match synced {
             Ok(()) => {
                 progress.synced = progress.synced.max(target);
+                progress.synced_segment = progress.synced_segment.max(segment);
                 if progress.synced >= progress.appended {
                     progress.unsynced_since = None;
                 }

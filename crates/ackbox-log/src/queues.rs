@@ -11,12 +11,13 @@
 //! acknowledges; leases, deletes and visibility changes are not waited for
 //! (a crash that loses one only delivers the message again).
 //!
-//! Not here yet: a compaction task and move-task steps; a `Store` over
-//! this is the next step (`docs/storage.md`).
+//! Not here yet: move-task steps, and the task that runs compaction; a
+//! `Store` over this is the next step (`docs/storage.md`).
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
+use crate::compaction::{self, CompactionPolicy, CompactionReport};
 use crate::group_commit::{CommitError, GroupCommit, GroupCommitOptions, Lsn};
 use crate::ledger::{Ledger, QueueCounts};
 use crate::log::{Log, LogError, LogOptions, Recovery};
@@ -502,6 +503,16 @@ impl StandardQueues {
         };
         self.append(&mut ledger, &[record])?;
         Ok(outcome)
+    }
+
+    /// Reclaims segments (see [`compaction`]); the copies
+    /// it made are fsync'd before it returns.
+    pub fn compact(&self, policy: CompactionPolicy) -> Result<CompactionReport, QueuesError> {
+        let mut ledger = self.ledger();
+        let (report, _) = self
+            .commit
+            .with_log(|log| compaction::compact(log, &mut ledger, policy))?;
+        Ok(report)
     }
 
     /// Removes every message of `queue` sent so far; the LSN to wait on.

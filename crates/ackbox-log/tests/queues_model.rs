@@ -1,12 +1,13 @@
 //! `StandardQueues` against a reference model, with restarts: random sends,
 //! receives, deletes (with current and stale handles), visibility changes,
-//! purges and the clock moving, on a queue with a dead-letter queue, one
-//! with a short retention and the dead-letter queue itself; after every step
-//! the same answers and the same counts — including after the log is closed
-//! and replayed.
+//! nacks, peeks, retention sweeps, purges, compactions and the clock moving,
+//! on a queue with a dead-letter queue, one with a short retention and the
+//! dead-letter queue itself; after every step the same answers and the same
+//! counts — including after the log is closed and replayed.
 
 use std::path::Path;
 
+use ackbox_log::compaction::CompactionPolicy;
 use ackbox_log::group_commit::GroupCommitOptions;
 use ackbox_log::ledger::QueueCounts;
 use ackbox_log::log::LogOptions;
@@ -55,6 +56,11 @@ enum Op {
         with_failure: bool,
         permanent: bool,
     },
+    /// Reclaim segments, copying forward however much of one is live, or
+    /// only what the default policy would.
+    Compact {
+        copy_anything: bool,
+    },
     /// A look at the oldest messages, leasing nothing.
     Peek {
         queue: u64,
@@ -94,6 +100,7 @@ fn op() -> impl Strategy<Value = Op> {
         // leases' edges often.
         3 => (1i64..4).prop_map(|steps| Op::Tick { ms: steps * 5 }),
         1 => Just(Op::Reopen),
+        1 => any::<bool>().prop_map(|copy_anything| Op::Compact { copy_anything }),
     ]
 }
 
@@ -170,7 +177,11 @@ fn failures(message: &SentMessage) -> Option<(u32, String)> {
 }
 
 fn open(dir: &Path) -> StandardQueues {
-    StandardQueues::open(dir, LogOptions::default(), GroupCommitOptions::default())
+    // Small segments, so that appends roll and compaction has work.
+    let options = LogOptions {
+        segment_bytes: 1024,
+    };
+    StandardQueues::open(dir, options, GroupCommitOptions::default())
         .expect("the log opens")
         .0
 }
@@ -426,6 +437,17 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     })
                     .collect();
                 prop_assert_eq!(got, expected);
+            }
+            Op::Compact { copy_anything } => {
+                let policy = if copy_anything {
+                    CompactionPolicy {
+                        max_live_share: 1.0,
+                        ..CompactionPolicy::default()
+                    }
+                } else {
+                    CompactionPolicy::default()
+                };
+                queues.compact(policy).expect("a compaction");
             }
             Op::Tick { ms } => now += ms,
             Op::Reopen => {

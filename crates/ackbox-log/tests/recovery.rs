@@ -322,6 +322,13 @@ fn group_commit_answers_every_appender_and_loses_nothing() {
                     // leases and deletes, which do not.
                     if batch % 2 == 0 {
                         commit.wait_durable(lsn).expect("a durable batch");
+                        // The sync covered the segment this batch went to,
+                        // however many rolls came since the flusher began.
+                        let segment = positions[0].segment;
+                        assert!(
+                            commit.synced_segment() >= segment,
+                            "segment {segment} unsynced"
+                        );
                     }
                 }
             });
