@@ -109,7 +109,7 @@ fn codec(criterion: &mut Criterion) {
                 for (offset, record) in records.iter().enumerate() {
                     let position = ackbox_log::log::LogPosition {
                         segment: 1,
-                        offset: offset as u64,
+                        offset: offset as u32,
                         len: 0,
                     };
                     ledger.apply(record, position);

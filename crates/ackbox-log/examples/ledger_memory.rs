@@ -32,8 +32,8 @@ fn main() {
             ..SentMessage::default()
         });
         let position = LogPosition {
-            segment: seq / 200_000,
-            offset: seq % 200_000 * 330,
+            segment: (seq / 200_000) as u32,
+            offset: (seq % 200_000 * 330) as u32,
             len: 330,
         };
         ledger.apply(&record, position);

@@ -101,8 +101,8 @@ pub fn copy_forward(
     payload: &[u8],
 ) -> Result<Record, LogError> {
     let damaged = |reason: String| LogError::Damaged {
-        segment: position.segment,
-        offset: position.offset,
+        segment: u64::from(position.segment),
+        offset: u64::from(position.offset),
         reason,
     };
     let record = Record::decode(payload).map_err(|error| damaged(error.to_string()))?;

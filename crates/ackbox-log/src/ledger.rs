@@ -20,21 +20,41 @@ use std::path::Path;
 use crate::log::{Log, LogError, LogOptions, LogPosition, Recovery};
 use crate::record::{Failures, Record, SentMessage};
 
-/// What the ledger knows of one live message.
+/// What the ledger knows of one live message: 48 bytes, as there is one per
+/// queued message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MessageState {
-    /// Where its latest [`Record::Sent`] is: the body's home.
+    /// Where its latest [`Record::Sent`] (or move) is: the body's home.
     pub position: LogPosition,
+    /// Deliveries so far.
+    pub receive_count: u32,
     /// Epoch milliseconds.
     pub sent_at: i64,
     /// Epoch milliseconds: delay end or lease deadline.
     pub visible_at: i64,
-    /// Deliveries so far.
-    pub receive_count: u32,
-    /// Epoch milliseconds of the first delivery.
-    pub first_received_at: Option<i64>,
-    /// Epoch milliseconds of the latest delivery.
-    pub last_received_at: Option<i64>,
+    /// The first and latest deliveries, epoch milliseconds; [`NEVER`] until
+    /// the first (an `Option<i64>` would take twice the room).
+    first_received_at: i64,
+    last_received_at: i64,
+}
+
+/// No delivery yet.
+const NEVER: i64 = i64::MIN;
+
+fn from_never(at: i64) -> Option<i64> {
+    (at != NEVER).then_some(at)
+}
+
+impl MessageState {
+    /// When it was first delivered, epoch milliseconds.
+    pub fn first_received_at(&self) -> Option<i64> {
+        from_never(self.first_received_at)
+    }
+
+    /// When it was last delivered, epoch milliseconds.
+    pub fn last_received_at(&self) -> Option<i64> {
+        from_never(self.last_received_at)
+    }
 }
 
 /// A queue's messages split as SQS's approximate counts split them.
@@ -196,8 +216,10 @@ impl Ledger {
                     ledger.update(*seq, |state| {
                         state.visible_at = *visible_at;
                         state.receive_count = *receive_count;
-                        state.first_received_at.get_or_insert(*received_at);
-                        state.last_received_at = Some(*received_at);
+                        if state.first_received_at == NEVER {
+                            state.first_received_at = *received_at;
+                        }
+                        state.last_received_at = *received_at;
                     });
                 }
             }
@@ -244,7 +266,7 @@ impl Ledger {
                     }
                 }
                 for segment in segments {
-                    self.forget_live(segment);
+                    self.forget_live(u64::from(segment));
                 }
                 self.drop_queue_if_empty(*queue);
             }
@@ -260,8 +282,8 @@ impl Ledger {
             sent_at: message.sent_at,
             visible_at: message.visible_at,
             receive_count: message.receive_count,
-            first_received_at: message.first_received_at,
-            last_received_at: message.last_received_at,
+            first_received_at: message.first_received_at.unwrap_or(NEVER),
+            last_received_at: message.last_received_at.unwrap_or(NEVER),
         };
         let replaced = self.queues.entry(message.queue).or_default().insert(
             message.seq,
@@ -269,10 +291,11 @@ impl Ledger {
             message.failures.clone(),
         );
         if let Some(replaced) = replaced {
-            self.forget_live(replaced.position.segment);
+            self.forget_live(u64::from(replaced.position.segment));
         }
-        *self.live_per_segment.entry(position.segment).or_default() += 1;
-        *self.sends_per_segment.entry(position.segment).or_default() += 1;
+        let segment = u64::from(position.segment);
+        *self.live_per_segment.entry(segment).or_default() += 1;
+        *self.sends_per_segment.entry(segment).or_default() += 1;
     }
 
     fn remove(&mut self, queue: u64, seq: u64) {
@@ -281,7 +304,7 @@ impl Ledger {
             .get_mut(&queue)
             .and_then(|ledger| ledger.remove(seq));
         if let Some(removed) = removed {
-            self.forget_live(removed.position.segment);
+            self.forget_live(u64::from(removed.position.segment));
         }
         self.drop_queue_if_empty(queue);
     }
@@ -317,8 +340,8 @@ impl Ledger {
         };
         message.visible_at = state.visible_at;
         message.receive_count = state.receive_count;
-        message.first_received_at = state.first_received_at;
-        message.last_received_at = state.last_received_at;
+        message.first_received_at = state.first_received_at();
+        message.last_received_at = state.last_received_at();
         message.failures = ledger.failures.get(&seq).cloned();
         true
     }
@@ -431,7 +454,7 @@ impl Ledger {
                 ledger
                     .messages
                     .iter()
-                    .filter(|(_, state)| state.position.segment < segment)
+                    .filter(|(_, state)| u64::from(state.position.segment) < segment)
                     .map(move |(&seq, &state)| (queue, seq, state))
             })
             .collect();
@@ -445,7 +468,7 @@ mod tests {
     use super::*;
     use crate::record::SentMessage;
 
-    fn at(segment: u64, offset: u64) -> LogPosition {
+    fn at(segment: u32, offset: u32) -> LogPosition {
         LogPosition {
             segment,
             offset,
@@ -474,10 +497,17 @@ mod tests {
     }
 
     #[test]
+    fn a_message_costs_the_ledger_48_bytes_of_state() {
+        // One per queued message: five million of them are 240 MB here.
+        assert_eq!(std::mem::size_of::<MessageState>(), 48);
+        assert_eq!(std::mem::size_of::<LogPosition>(), 12);
+    }
+
+    #[test]
     fn receive_order_is_visibility_then_fewest_deliveries_then_send_order() {
         let mut ledger = Ledger::new(0);
         for (offset, seq) in (1..=4).enumerate() {
-            ledger.apply(&sent(7, seq, 100), at(1, offset as u64));
+            ledger.apply(&sent(7, seq, 100), at(1, offset as u32));
         }
         // seq 1 failed twice and is visible again at the same instant.
         ledger.apply(&lease(7, 1, 100, 2), at(1, 10));
@@ -540,7 +570,7 @@ mod tests {
     fn a_purge_takes_its_queue_through_the_mark_and_no_other() {
         let mut ledger = Ledger::new(0);
         for seq in 1..=5 {
-            ledger.apply(&sent(1, seq, 0), at(seq, 0));
+            ledger.apply(&sent(1, seq, 0), at(seq as u32, 0));
         }
         ledger.apply(&sent(2, 6, 0), at(1, 1));
         ledger.apply(

@@ -28,16 +28,22 @@ pub const SEGMENT_HEADER_BYTES: u64 = 24;
 const SEGMENT_SUFFIX: &str = ".log";
 
 /// Where a record is: its segment's number, its frame's offset there and the
-/// frame's length, so reading it back is one `pread`.
+/// frame's length, so reading it back is one `pread`. Twelve bytes, as the
+/// ledger keeps one per queued message: the log keeps segment numbers and
+/// offsets within `u32` (segments of at most [`MAX_SEGMENT_BYTES`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LogPosition {
     /// The segment's number (its file name).
-    pub segment: u64,
+    pub segment: u32,
     /// The frame's byte offset within the segment file.
-    pub offset: u64,
+    pub offset: u32,
     /// The frame's length: header and payload.
     pub len: u32,
 }
+
+/// The largest [`LogOptions::segment_bytes`] honoured: offsets stay within
+/// `u32` even after the append that fills a segment.
+pub const MAX_SEGMENT_BYTES: u64 = 1 << 30;
 
 /// How a log is laid out.
 #[derive(Debug, Clone, Copy)]
@@ -85,6 +91,10 @@ pub enum LogError {
     /// nothing more until it is reopened and recovered.
     #[error("the log stopped taking writes after an earlier failure: {0}")]
     Poisoned(String),
+    /// A group of records too large for one segment's offsets, or more
+    /// segments than positions can number.
+    #[error("the log cannot place {0}")]
+    OutOfRange(&'static str),
     /// A record was asked for where none is.
     #[error("no record at segment {}, offset {}", .0.segment, .0.offset)]
     NoRecord(LogPosition),
@@ -154,6 +164,9 @@ impl Log {
         options: LogOptions,
         mut visit: impl FnMut(LogPosition, &[u8]) -> Result<(), String>,
     ) -> Result<(Self, Recovery), LogError> {
+        let options = LogOptions {
+            segment_bytes: options.segment_bytes.min(MAX_SEGMENT_BYTES),
+        };
         fs::create_dir_all(dir).map_err(io_error("create", dir))?;
         let mut numbers = segment_numbers(dir)?;
         let mut recovery = Recovery::default();
@@ -205,8 +218,12 @@ impl Log {
                 match next_frame(&bytes[offset..]) {
                     FrameRead::Frame { payload, len } => {
                         let position = LogPosition {
-                            segment: number,
-                            offset: offset as u64,
+                            segment: u32::try_from(number).map_err(|_| {
+                                LogError::OutOfRange("a segment numbered beyond u32")
+                            })?,
+                            offset: u32::try_from(offset).map_err(|_| {
+                                LogError::OutOfRange("a record beyond 4 GiB into a segment")
+                            })?,
                             len: len as u32,
                         };
                         visit(position, payload)
@@ -297,20 +314,33 @@ impl Log {
         seq_floor: u64,
     ) -> Result<Vec<LogPosition>, LogError> {
         self.check_poisoned()?;
-        if self.active_len >= self.options.segment_bytes {
+        self.frames.clear();
+        let mut frames = Vec::new();
+        for payload in payloads {
+            let start = self.frames.len();
+            encode_frame(&mut self.frames, payload);
+            frames.push((start, self.frames.len() - start));
+        }
+        let size = self.frames.len() as u64;
+        if SEGMENT_HEADER_BYTES + size > u64::from(u32::MAX) {
+            return Err(LogError::OutOfRange("a group of records over 4 GiB"));
+        }
+        if self.active_len >= self.options.segment_bytes
+            || self.active_len + size > u64::from(u32::MAX)
+        {
             self.roll(seq_floor)?;
         }
-        self.frames.clear();
-        let mut positions = Vec::new();
-        for payload in payloads {
-            let offset = self.frames.len();
-            encode_frame(&mut self.frames, payload);
-            positions.push(LogPosition {
-                segment: self.active_segment,
-                offset: self.active_len + offset as u64,
-                len: (self.frames.len() - offset) as u32,
-            });
-        }
+        let segment = u32::try_from(self.active_segment)
+            .map_err(|_| LogError::OutOfRange("a segment numbered beyond u32"))?;
+        let positions = frames
+            .into_iter()
+            .map(|(start, len)| LogPosition {
+                segment,
+                // Within u32: checked against the segment's length above.
+                offset: (self.active_len + start as u64) as u32,
+                len: len as u32,
+            })
+            .collect();
         if let Err(error) = self.active.write_all_at(&self.frames, self.active_len) {
             return Err(self.poison("write", error));
         }
@@ -363,22 +393,22 @@ impl Log {
         // another system call.
         const GAP: u64 = 4096;
         let mut order: Vec<usize> = (0..positions.len()).collect();
-        order.sort_unstable_by_key(|&index| (positions[index].segment, positions[index].offset));
+        order.sort_unstable_by_key(|&index| positions[index]);
         let mut records = vec![Vec::new(); positions.len()];
         let mut run_start = 0;
         while run_start < order.len() {
             let first = positions[order[run_start]];
-            let mut end = first.offset + u64::from(first.len);
+            let mut end = u64::from(first.offset) + u64::from(first.len);
             let mut run_end = run_start + 1;
             while let Some(&next) = order.get(run_end).map(|&index| &positions[index]) {
-                if next.segment != first.segment || next.offset > end + GAP {
+                if next.segment != first.segment || u64::from(next.offset) > end + GAP {
                     break;
                 }
-                end = end.max(next.offset + u64::from(next.len));
+                end = end.max(u64::from(next.offset) + u64::from(next.len));
                 run_end += 1;
             }
             let file = self.segment_file(first)?;
-            let mut bytes = vec![0; (end - first.offset) as usize];
+            let mut bytes = vec![0; (end - u64::from(first.offset)) as usize];
             self.read_at(file, &mut bytes, first)?;
             for &index in &order[run_start..run_end] {
                 let position = positions[index];
@@ -399,23 +429,23 @@ impl Log {
         bytes: &mut [u8],
         position: LogPosition,
     ) -> Result<(), LogError> {
-        file.read_exact_at(bytes, position.offset)
+        file.read_exact_at(bytes, u64::from(position.offset))
             .map_err(|source| match source.kind() {
                 io::ErrorKind::UnexpectedEof => LogError::NoRecord(position),
                 _ => LogError::Io {
                     operation: "read",
-                    path: segment_path(&self.dir, position.segment),
+                    path: segment_path(&self.dir, u64::from(position.segment)),
                     source,
                 },
             })
     }
 
     fn segment_file(&self, position: LogPosition) -> Result<&File, LogError> {
-        if position.segment == self.active_segment {
+        if u64::from(position.segment) == self.active_segment {
             Ok(&self.active)
         } else {
             self.sealed
-                .get(&position.segment)
+                .get(&u64::from(position.segment))
                 .ok_or(LogError::NoRecord(position))
         }
     }

@@ -326,7 +326,7 @@ fn group_commit_answers_every_appender_and_loses_nothing() {
                         // however many rolls came since the flusher began.
                         let segment = positions[0].segment;
                         assert!(
-                            commit.synced_segment() >= segment,
+                            commit.synced_segment() >= u64::from(segment),
                             "segment {segment} unsynced"
                         );
                     }
