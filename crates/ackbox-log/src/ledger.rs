@@ -151,16 +151,15 @@ impl Ledger {
     /// Opens the log in `dir` and rebuilds the ledger from every record in
     /// it (see [`Log::open`] for what recovery repairs and what it refuses).
     pub fn recover(dir: &Path, options: LogOptions) -> Result<(Log, Self, Recovery), LogError> {
-        let mut replayed = Vec::new();
+        // Applied as read: holding the records (bodies and all) until the
+        // end would take as much memory as the log is long.
+        let mut ledger = Self::new(0);
         let (log, recovery) = Log::open(dir, options, |position, payload| {
             let record = Record::decode(payload).map_err(|error| error.to_string())?;
-            replayed.push((record, position));
+            ledger.apply(&record, position);
             Ok(())
         })?;
-        let mut ledger = Self::new(recovery.seq_floor);
-        for (record, position) in &replayed {
-            ledger.apply(record, *position);
-        }
+        ledger.next_seq = ledger.next_seq.max(recovery.seq_floor);
         Ok((log, ledger, recovery))
     }
 
