@@ -458,8 +458,9 @@ impl Log {
             self.sealed.remove(number);
             let path = segment_path(&self.dir, *number);
             fs::remove_file(&path).map_err(io_error("remove", &path))?;
-        }
-        if !doomed.is_empty() {
+            // Each removal durable before the next: a crash must leave a
+            // prefix removed, never an older segment back (with sends whose
+            // deletes were in a younger one that stayed removed).
             sync_dir(&self.dir)?;
         }
         Ok(doomed.len())
