@@ -351,9 +351,10 @@ fn flush(shared: &Shared, options: GroupCommitOptions) {
             Ok(()) => {
                 progress.synced = progress.synced.max(target);
                 progress.synced_segment = progress.synced_segment.max(segment);
-                if progress.synced >= progress.appended {
-                    progress.unsynced_since = None;
-                }
+                // What was appended during the sync waits its own interval,
+                // not the one already spent: no back-to-back fsyncs for
+                // writes nobody waits on.
+                progress.unsynced_since = (progress.synced < progress.appended).then(Instant::now);
             }
             Err(source) => {
                 progress.failed = Some(CommitError::from(LogError::Poisoned(format!(
