@@ -1,7 +1,8 @@
 //! W1 and W2's shapes against `StandardQueues` alone, in one process, to
 //! see what the log store costs per message before HTTP is added:
-//! 4 producers send durable batches of 10 × 256 B for a while (W1), then 4
-//! consumers receive 10 and delete them until the queue is empty (W2).
+//! 4 producers send durable batches of 10 × 256 B for a while (W1), the log
+//! is closed and replayed (a restart), then 4 consumers receive 10 and
+//! delete them until the queue is empty (W2).
 //! Prints messages per second and the process's CPU per message (user +
 //! system, from `/proc/self/stat`).
 //!
@@ -107,6 +108,19 @@ fn main() {
         sent,
         started.elapsed(),
         cpu_time() - cpu,
+    );
+
+    // A restart: everything W1 sent is rebuilt from the log.
+    drop(queues.close());
+    let started = Instant::now();
+    let (queues, recovery) =
+        StandardQueues::open(&dir, LogOptions::default(), GroupCommitOptions::default())
+            .expect("the log reopens");
+    println!(
+        "restart: {} records replayed in {:.2} s, {} messages queued",
+        recovery.records,
+        started.elapsed().as_secs_f64(),
+        queues.counts(QUEUE, now_ms()).visible
     );
 
     let received = AtomicU64::new(0);
