@@ -47,7 +47,8 @@ pub const MAX_DROPPED_PER_RECEIVE: usize = 1_000;
 /// Where a queue's messages go once received too often.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeadLetter {
-    /// The dead-letter queue.
+    /// The dead-letter queue. The caller makes sure it still exists (queues
+    /// are the metadata store's): a message is never moved into nothing.
     pub queue: u64,
     /// A message already received this many times moves instead of being
     /// delivered.
@@ -315,7 +316,7 @@ impl StandardQueues {
                 queue,
                 seq,
                 visible_at: now + request.visibility_ms.max(0),
-                receive_count: state.receive_count + 1,
+                receive_count: state.receive_count.saturating_add(1),
                 received_at: now,
             });
             leased.push((seq, state.position));

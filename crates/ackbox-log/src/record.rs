@@ -48,7 +48,7 @@ impl Failures {
     /// These failures and one more, reported at `at`.
     pub fn and(failures: Option<&Self>, at: i64, class: &str, message: &str) -> Self {
         Self {
-            count: failures.map_or(0, |f| f.count) + 1,
+            count: failures.map_or(0, |f| f.count).saturating_add(1),
             first_at: failures.map_or(at, |f| f.first_at),
             last_at: at,
             last_class: class.to_owned(),
