@@ -74,7 +74,7 @@ type OrderKey = (i64, u32, u64);
 
 #[derive(Debug, Default)]
 struct QueueLedger {
-    messages: HashMap<u64, MessageState>,
+    messages: BTreeMap<u64, MessageState>,
     order: BTreeSet<OrderKey>,
     /// Retention's order: oldest sent first. Not the sequence order, since a
     /// dead-letter move keeps the message's original send time.
@@ -254,9 +254,8 @@ impl Ledger {
                 };
                 let purged: Vec<u64> = ledger
                     .messages
-                    .keys()
-                    .copied()
-                    .filter(|seq| seq <= through_seq)
+                    .range(..=*through_seq)
+                    .map(|(&seq, _)| seq)
                     .collect();
                 let mut segments = Vec::with_capacity(purged.len());
                 for seq in purged {
@@ -382,10 +381,20 @@ impl Ledger {
         })
     }
 
-    /// Up to `limit` of `queue`'s messages, oldest sent first: what a peek
-    /// shows.
-    pub fn oldest(&self, queue: u64, limit: usize) -> Vec<u64> {
-        self.expired(queue, i64::MAX, limit)
+    /// `queue`'s messages numbered after `after`, in sequence order, with
+    /// their state: what a peek shows (from 0) and a move task walks (from
+    /// its cursor).
+    pub fn in_order(
+        &self,
+        queue: u64,
+        after: u64,
+    ) -> impl Iterator<Item = (u64, &MessageState)> + '_ {
+        self.queues.get(&queue).into_iter().flat_map(move |ledger| {
+            ledger
+                .messages
+                .range(after.saturating_add(1)..)
+                .map(|(&seq, state)| (seq, state))
+        })
     }
 
     /// `queue`'s approximate counts at `now`.

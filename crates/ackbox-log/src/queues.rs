@@ -421,14 +421,14 @@ impl StandardQueues {
         Ok((records.len() as u64, lsn))
     }
 
-    /// Up to `max` of `queue`'s messages, oldest sent first, as they are now,
+    /// Up to `max` of `queue`'s messages in sequence order, as they are now,
     /// without leasing anything.
     pub fn peek(&self, queue: u64, max: usize) -> Result<Vec<SentMessage>, QueuesError> {
         let ledger = self.ledger();
         let live: Vec<_> = ledger
-            .oldest(queue, max)
-            .into_iter()
-            .filter_map(|seq| Some((seq, *ledger.message(queue, seq)?)))
+            .in_order(queue, 0)
+            .take(max)
+            .map(|(seq, state)| (seq, *state))
             .collect();
         let positions: Vec<_> = live.iter().map(|(_, state)| state.position).collect();
         let payloads = self.commit.read_log().read_many(&positions)?;

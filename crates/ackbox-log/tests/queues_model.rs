@@ -409,7 +409,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let peeked = queues.peek(queue, max).expect("a peek");
                 let mut oldest: Vec<&Message> =
                     model.messages.iter().filter(|m| m.queue == queue).collect();
-                oldest.sort_by_key(|m| (m.sent_at, m.seq));
+                oldest.sort_by_key(|m| m.seq);
                 oldest.truncate(max);
                 let got: Vec<_> = peeked
                     .iter()
