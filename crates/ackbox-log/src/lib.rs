@@ -21,7 +21,8 @@
 //!   few live messages that pin old segments.
 //! - [`queues`]: standard-queue semantics over both: send, receive under a
 //!   lease (with retention and dead-letter moves), delete, change
-//!   visibility, nack with failure reports, retention's sweep, peek, purge.
+//!   visibility, nack with failure reports, retention's sweep, move-task
+//!   steps, peek, purge.
 //! - [`group_commit`]: callers append; a flusher thread covers them all with
 //!   one `fdatasync` and answers whoever waits.
 //!

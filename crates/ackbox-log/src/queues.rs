@@ -11,7 +11,8 @@
 //! acknowledges; leases, deletes and visibility changes are not waited for
 //! (a crash that loses one only delivers the message again).
 //!
-//! Not here yet: move-task steps, and the task that runs compaction; a
+//! Move tasks' steps are here; their progress (the cursor, the counts) is
+//! the caller's to keep. Not here yet: the task that runs compaction; a
 //! `Store` over this is the next step (`docs/storage.md`).
 
 use std::path::Path;
@@ -20,7 +21,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::compaction::{self, CompactionPolicy, CompactionReport};
 use crate::group_commit::{CommitError, GroupCommit, GroupCommitOptions, Lsn};
 use crate::ledger::{Ledger, QueueCounts};
-use crate::log::{Log, LogError, LogOptions, Recovery};
+use crate::log::{Log, LogError, LogOptions, LogPosition, Recovery};
 use crate::record::{Content, DecodeError, Failures, Record, SentMessage};
 
 /// A message to send, and how long to hold it back.
@@ -106,6 +107,35 @@ pub enum NackOutcome {
     NotAvailable,
     /// The lease had already ended.
     NotInFlight,
+}
+
+/// What a move task decides for one message of the queue it drains.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoveChoice {
+    /// Move it to this queue.
+    MoveTo(u64),
+    /// Leave it: the task's filter does not take it.
+    Skip,
+    /// Stop here (its destination is gone, say); the cursor stays before it.
+    Stop,
+}
+
+/// What one step of a move task did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MoveStep {
+    /// The messages moved: sequence number before, queue and sequence number
+    /// after.
+    pub moved: Vec<(u64, u64, u64)>,
+    /// Messages the filter left.
+    pub skipped: u64,
+    /// The last sequence number judged (moved or skipped): the next step
+    /// starts after it.
+    pub cursor: u64,
+    /// Stopped at a message someone is working on (leased): the task waits
+    /// at it until the lease ends or it is deleted.
+    pub held: bool,
+    /// The LSN to wait on before recording the step's progress.
+    pub lsn: Lsn,
 }
 
 /// What a delete did.
@@ -266,6 +296,7 @@ impl StandardQueues {
                     last_received_at: None,
                     dead_letter_source_arn: None,
                     failures: None,
+                    redriven_by_task: None,
                     content: message.content,
                 })
             })
@@ -514,6 +545,73 @@ impl StandardQueues {
             .commit
             .with_log(|log| compaction::compact(log, &mut ledger, policy))?;
         Ok(report)
+    }
+
+    /// One step of a message move task draining `from`: the messages numbered
+    /// after `cursor` and up to `until_seq`, in sequence order, at most
+    /// `limit` judged. `choose` sees each as it is now and decides; a chosen
+    /// message that is leased holds the step there. A moved message starts
+    /// over in its new queue, as on the SQLite store: new sequence number,
+    /// visible now, no receives, no dead-letter source, `task` recorded, its
+    /// failures and send time kept. Each move is one record.
+    pub fn move_step(
+        &self,
+        from: u64,
+        (cursor, until_seq): (u64, u64),
+        limit: usize,
+        now: i64,
+        task: &str,
+        mut choose: impl FnMut(&SentMessage) -> MoveChoice,
+    ) -> Result<MoveStep, QueuesError> {
+        let mut ledger = self.ledger();
+        let candidates: Vec<(u64, LogPosition)> = ledger
+            .in_order(from, cursor)
+            .take_while(|&(seq, _)| seq <= until_seq)
+            .take(limit)
+            .map(|(seq, state)| (seq, state.position))
+            .collect();
+        let positions: Vec<_> = candidates.iter().map(|&(_, position)| position).collect();
+        let payloads = self.commit.read_log().read_many(&positions)?;
+        let mut step = MoveStep {
+            cursor,
+            ..MoveStep::default()
+        };
+        let mut records = Vec::new();
+        for (payload, &(seq, _)) in payloads.iter().zip(&candidates) {
+            let mut message = decode_message(payload, seq)?;
+            ledger.stamp(from, seq, &mut message);
+            let to = match choose(&message) {
+                MoveChoice::Skip => {
+                    step.skipped += 1;
+                    step.cursor = seq;
+                    continue;
+                }
+                MoveChoice::Stop => break,
+                MoveChoice::MoveTo(_) if message.visible_at > now => {
+                    step.held = true;
+                    break;
+                }
+                MoveChoice::MoveTo(to) => to,
+            };
+            let new_seq = ledger.allocate_seqs(1).start;
+            message.queue = to;
+            message.seq = new_seq;
+            message.visible_at = now;
+            message.receive_count = 0;
+            message.first_received_at = None;
+            message.last_received_at = None;
+            message.dead_letter_source_arn = None;
+            message.redriven_by_task = Some(task.to_owned());
+            records.push(Record::Moved {
+                from_queue: from,
+                from_seq: seq,
+                to: message,
+            });
+            step.moved.push((seq, to, new_seq));
+            step.cursor = seq;
+        }
+        step.lsn = self.append(&mut ledger, &records)?;
+        Ok(step)
     }
 
     /// Removes every message of `queue` sent so far; the LSN to wait on.

@@ -79,6 +79,8 @@ pub struct SentMessage {
     pub dead_letter_source_arn: Option<String>,
     /// The failures reported so far.
     pub failures: Option<Failures>,
+    /// The move task that last redrove it here, if one did.
+    pub redriven_by_task: Option<String>,
     /// The message itself.
     pub content: Content,
 }
@@ -349,6 +351,7 @@ fn put_message(out: &mut Vec<u8>, message: &SentMessage) {
         }
         None => out.push(0),
     }
+    put_optional_str(out, message.redriven_by_task.as_deref());
     let content = &message.content;
     put_str(out, &content.message_id);
     put_str(out, &content.body);
@@ -471,6 +474,7 @@ impl<'a> Reader<'a> {
             } else {
                 None
             },
+            redriven_by_task: self.optional_string("redriven_by_task")?,
             content: Content {
                 message_id: self.string("message_id")?,
                 body: self.string("body")?,
@@ -507,6 +511,7 @@ mod tests {
                 option::of(any::<i64>()),
                 option::of(".*"),
                 option::of((any::<u32>(), any::<i64>(), any::<i64>(), ".*", ".*")),
+                option::of(".*"),
             ),
             (".*", ".*", option::of(".*"), "[0-9a-f]{32}"),
             (option::of("[0-9a-f]{32}"), option::of(".*"), ".*"),
@@ -520,6 +525,7 @@ mod tests {
                         last_received_at,
                         dead_letter_source_arn,
                         failures,
+                        redriven_by_task,
                     ),
                     (message_id, body, attributes, md5_of_body),
                     (md5_of_attributes, trace_header, sender_id),
@@ -532,6 +538,7 @@ mod tests {
                     first_received_at,
                     last_received_at,
                     dead_letter_source_arn,
+                    redriven_by_task,
                     failures: failures.map(
                         |(count, first_at, last_at, last_class, last_message)| Failures {
                             count,

@@ -1,6 +1,7 @@
 //! `StandardQueues` against a reference model, with restarts: random sends,
 //! receives, deletes (with current and stale handles), visibility changes,
-//! nacks, peeks, retention sweeps, purges, compactions and the clock moving,
+//! nacks, peeks, retention sweeps, move-task steps, purges, compactions and
+//! the clock moving,
 //! on a queue with a dead-letter queue, one with a short retention and the
 //! dead-letter queue itself; after every step the same answers and the same
 //! counts — including after the log is closed and replayed.
@@ -12,7 +13,7 @@ use ackbox_log::group_commit::GroupCommitOptions;
 use ackbox_log::ledger::QueueCounts;
 use ackbox_log::log::LogOptions;
 use ackbox_log::queues::{
-    DeadLetter, Deleted, Nack, NackOutcome, Outgoing, ReceiveRequest, StandardQueues,
+    DeadLetter, Deleted, MoveChoice, Nack, NackOutcome, Outgoing, ReceiveRequest, StandardQueues,
     VisibilityChanged,
 };
 use ackbox_log::record::{Content, SentMessage};
@@ -61,6 +62,11 @@ enum Op {
     Compact {
         copy_anything: bool,
     },
+    /// A step of a move task draining the dead-letter queue back to the
+    /// source, leaving messages whose body ends in "-1".
+    Redrive {
+        limit: usize,
+    },
     /// A look at the oldest messages, leasing nothing.
     Peek {
         queue: u64,
@@ -100,6 +106,7 @@ fn op() -> impl Strategy<Value = Op> {
         // leases' edges often.
         3 => (1i64..4).prop_map(|steps| Op::Tick { ms: steps * 5 }),
         1 => Just(Op::Reopen),
+        2 => (1usize..4).prop_map(|limit| Op::Redrive { limit }),
         1 => any::<bool>().prop_map(|copy_anything| Op::Compact { copy_anything }),
     ]
 }
@@ -117,6 +124,7 @@ struct Message {
     body: String,
     /// Failures reported, and the latest one's class.
     failures: Option<(u32, String)>,
+    redriven: bool,
 }
 
 #[derive(Debug, Default)]
@@ -196,6 +204,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     // Receipt handles issued so far: (queue, seq, receive count).
     let mut handles: Vec<(u64, u64, u32)> = Vec::new();
     let mut now = 1_000;
+    // The move task's cursor in the dead-letter queue.
+    let mut cursor = 0;
     for op in ops {
         match op {
             Op::Send {
@@ -224,6 +234,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                         dead_lettered: false,
                         last_received_at: None,
                         failures: None,
+                        redriven: false,
                         visible_at: now + delay_ms,
                         receive_count: 0,
                         body: format!("{now}-{index}"),
@@ -296,6 +307,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     );
                     prop_assert_eq!(got.dead_letter_source_arn.is_some(), message.dead_lettered);
                     prop_assert_eq!(got.last_received_at, Some(now));
+                    prop_assert_eq!(got.redriven_by_task.is_some(), message.redriven);
                     prop_assert_eq!(failures(got), message.failures.clone());
                     handles.push((queue, got.seq, got.receive_count));
                 }
@@ -404,6 +416,66 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     }
                 };
                 prop_assert_eq!(outcome, expected);
+            }
+            Op::Redrive { limit } => {
+                let step = queues
+                    .move_step(
+                        DEAD_LETTERS,
+                        (cursor, u64::MAX),
+                        limit,
+                        now,
+                        "task-1",
+                        |m| {
+                            if m.content.body.ends_with("-1") {
+                                MoveChoice::Skip
+                            } else {
+                                MoveChoice::MoveTo(SOURCE)
+                            }
+                        },
+                    )
+                    .expect("a move step");
+                // The moves are durable before a task records its progress.
+                queues
+                    .commit()
+                    .wait_durable(step.lsn)
+                    .expect("durable moves");
+                let mut candidates: Vec<u64> = model
+                    .messages
+                    .iter()
+                    .filter(|m| m.queue == DEAD_LETTERS && m.seq > cursor)
+                    .map(|m| m.seq)
+                    .collect();
+                candidates.sort_unstable();
+                candidates.truncate(limit);
+                let (mut moved, mut skipped, mut held) = (Vec::new(), 0, false);
+                for seq in candidates {
+                    let next_seq = model.next_seq;
+                    let m = model.find(DEAD_LETTERS, seq).expect("a candidate");
+                    if m.body.ends_with("-1") {
+                        skipped += 1;
+                        cursor = seq;
+                        continue;
+                    }
+                    if m.visible_at > now {
+                        held = true;
+                        break;
+                    }
+                    m.queue = SOURCE;
+                    m.seq = next_seq;
+                    m.visible_at = now;
+                    m.receive_count = 0;
+                    m.last_received_at = None;
+                    m.dead_lettered = false;
+                    m.redriven = true;
+                    model.next_seq += 1;
+                    moved.push((seq, SOURCE, next_seq));
+                    cursor = seq;
+                }
+                prop_assert_eq!(&step.moved, &moved);
+                prop_assert_eq!(
+                    (step.skipped, step.cursor, step.held),
+                    (skipped, cursor, held)
+                );
             }
             Op::Peek { queue, max } => {
                 let peeked = queues.peek(queue, max).expect("a peek");
