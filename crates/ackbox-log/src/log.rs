@@ -19,7 +19,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::frame::{FRAME_HEADER_BYTES, FrameRead, InvalidFrame, encode_frame, next_frame};
+use crate::frame::{FrameRead, InvalidFrame, encode_frame, next_frame};
 
 const MAGIC: &[u8; 8] = b"ACKBXLOG";
 const FORMAT_VERSION: u32 = 1;
@@ -175,8 +175,13 @@ impl Log {
         // it was acknowledged. (A bad header with frames after it is damage.)
         if let Some(&newest) = numbers.last() {
             let path = segment_path(dir, newest);
-            let bytes = fs::read(&path).map_err(io_error("read", &path))?;
-            if torn_at_creation(&bytes) && numbers.len() > 1 {
+            // A header and one byte past it tell; the whole segment is read
+            // once, below.
+            let mut start = [0; SEGMENT_HEADER_BYTES as usize + 1];
+            let read = File::open(&path)
+                .and_then(|file| file.read_at(&mut start, 0))
+                .map_err(io_error("read", &path))?;
+            if torn_at_creation(&start[..read]) && numbers.len() > 1 {
                 fs::remove_file(&path).map_err(io_error("remove", &path))?;
                 sync_dir(dir)?;
                 numbers.pop();
@@ -378,11 +383,8 @@ impl Log {
 
     /// Reads back the record that starts at `position`, checking its checksum.
     pub fn read(&self, position: LogPosition) -> Result<Vec<u8>, LogError> {
-        let mut frame = vec![0; position.len as usize];
-        self.read_at(self.segment_file(position)?, &mut frame, position)?;
-        checked_payload(&frame, position)?;
-        frame.drain(..FRAME_HEADER_BYTES);
-        Ok(frame)
+        let mut records = self.read_many(&[position])?;
+        Ok(records.pop().unwrap_or_default())
     }
 
     /// Reads back several records, each checked; records that lie close

@@ -301,42 +301,63 @@ fn group_commit_answers_every_appender_and_loses_nothing() {
     let commit = GroupCommit::start(log, GroupCommitOptions::default()).expect("a flusher");
     let producers = 4;
     let batches = 50;
-    thread::scope(|scope| {
-        for producer in 0..producers {
-            let commit = &commit;
-            scope.spawn(move || {
-                let mut last_lsn = 0;
-                for batch in 0..batches {
-                    let base = 1 + (producer * batches + batch) * 10;
-                    let payloads: Vec<Vec<u8>> = (base..base + 10)
-                        .map(|seq| sent(seq, "durable").to_bytes())
-                        .collect();
-                    let (positions, lsn) = commit
-                        .append(payloads.iter().map(Vec::as_slice), base + 10)
-                        .expect("an append");
-                    assert_eq!(positions.len(), 10);
-                    assert!(positions.windows(2).all(|pair| pair[0] < pair[1]));
-                    assert!(lsn > last_lsn, "LSNs only grow");
-                    last_lsn = lsn;
-                    // Sends wait for the disk; every other batch stands for
-                    // leases and deletes, which do not.
-                    if batch % 2 == 0 {
-                        commit.wait_durable(lsn).expect("a durable batch");
-                        // The sync covered the segment this batch went to,
-                        // however many rolls came since the flusher began.
-                        let segment = positions[0].segment;
-                        assert!(
-                            commit.synced_segment() >= u64::from(segment),
-                            "segment {segment} unsynced"
-                        );
+    // Each producer's last batch: where it went, and the first seq in it.
+    let last_batches: Vec<(Vec<LogPosition>, u64)> = thread::scope(|scope| {
+        let handles: Vec<_> = (0..producers)
+            .map(|producer| {
+                let commit = &commit;
+                scope.spawn(move || {
+                    let mut last = (Vec::new(), 0);
+                    let mut last_lsn = 0;
+                    for batch in 0..batches {
+                        let base = 1 + (producer * batches + batch) * 10;
+                        let payloads: Vec<Vec<u8>> = (base..base + 10)
+                            .map(|seq| sent(seq, "durable").to_bytes())
+                            .collect();
+                        let (positions, lsn) = commit
+                            .append(payloads.iter().map(Vec::as_slice), base + 10)
+                            .expect("an append");
+                        assert_eq!(positions.len(), 10);
+                        assert!(positions.windows(2).all(|pair| pair[0] < pair[1]));
+                        assert!(lsn > last_lsn, "LSNs only grow");
+                        last_lsn = lsn;
+                        last = (positions.clone(), base);
+                        // Sends wait for the disk; every other batch stands for
+                        // leases and deletes, which do not.
+                        if batch % 2 == 0 {
+                            commit.wait_durable(lsn).expect("a durable batch");
+                            // The sync covered the segment this batch went to,
+                            // however many rolls came since the flusher began.
+                            let segment = positions[0].segment;
+                            assert!(
+                                commit.synced_segment() >= u64::from(segment),
+                                "segment {segment} unsynced"
+                            );
+                        }
                     }
-                }
-            });
-        }
+                    last
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| handle.join().expect("a producer"))
+            .collect()
     });
-    // Records can be read back while the flusher runs.
-    let first = commit.read_log().read_many(&[]).expect("no records");
-    assert!(first.is_empty());
+    // Records are read back while the flusher runs, across the rolls.
+    for (positions, base) in &last_batches {
+        let seqs: Vec<u64> = commit
+            .read_log()
+            .read_many(positions)
+            .expect("the records")
+            .iter()
+            .map(|bytes| match Record::decode(bytes).expect("a record") {
+                Record::Sent(message) => message.seq,
+                other => panic!("{other:?} is not a send"),
+            })
+            .collect();
+        assert_eq!(seqs, (*base..base + 10).collect::<Vec<_>>());
+    }
     drop(commit.close());
     let (_, ledger, recovery) = reopen(dir.path(), options).expect("a reopen");
     let expected = producers * batches * 10;
