@@ -76,7 +76,8 @@ pub fn compact(
             .iter()
             .map(|(_, _, state)| state.position)
             .collect();
-        let copies = log
+        let copied = messages.len() as u64;
+        let mut copies = log
             .read_many(&positions)?
             .iter()
             .zip(&messages)
@@ -84,9 +85,16 @@ pub fn compact(
                 copy_forward(ledger, queue, seq, state.position, payload)
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // A purge not yet swept may be recorded in a segment about to go:
+        // without its mark, the copies of what it purged would come back.
+        copies.extend(
+            ledger
+                .purge_marks()
+                .map(|(queue, through_seq)| Record::Purged { queue, through_seq }),
+        );
         ledger.append_to(log, &copies)?;
         log.sync()?;
-        report.copied += copies.len() as u64;
+        report.copied += copied;
     }
 }
 

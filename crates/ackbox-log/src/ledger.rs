@@ -82,6 +82,10 @@ struct QueueLedger {
     /// Reported failures, of the few messages that have any: kept beside
     /// the states so that a message without one costs nothing for them.
     failures: HashMap<u64, Failures>,
+    /// The move task that redrove a message here, of the few that have one:
+    /// a task's relapse brake counts its messages back in the dead-letter
+    /// queue.
+    redriven_by: HashMap<u64, Box<str>>,
 }
 
 impl QueueLedger {
@@ -89,11 +93,14 @@ impl QueueLedger {
         &mut self,
         seq: u64,
         state: MessageState,
-        failures: Option<Failures>,
+        message: &SentMessage,
     ) -> Option<MessageState> {
         let replaced = self.remove(seq);
-        if let Some(failures) = failures {
-            self.failures.insert(seq, failures);
+        if let Some(failures) = &message.failures {
+            self.failures.insert(seq, failures.clone());
+        }
+        if let Some(task) = &message.redriven_by_task {
+            self.redriven_by.insert(seq, task.as_str().into());
         }
         self.order
             .insert((state.visible_at, state.receive_count, seq));
@@ -108,6 +115,7 @@ impl QueueLedger {
             .remove(&(state.visible_at, state.receive_count, seq));
         self.by_age.remove(&(state.sent_at, seq));
         self.failures.remove(&seq);
+        self.redriven_by.remove(&seq);
         Some(state)
     }
 
@@ -135,6 +143,9 @@ pub struct Ledger {
     /// Sends (and copies) ever applied in each segment: with the live count,
     /// how much of a segment compaction would have to copy to free it.
     sends_per_segment: BTreeMap<u64, u64>,
+    /// Purges not yet swept: each queue's messages numbered up to the mark
+    /// are purged and go in chunks ([`Record::Purged`]).
+    purges: BTreeMap<u64, u64>,
 }
 
 impl Ledger {
@@ -249,24 +260,8 @@ impl Ledger {
             }
             Record::Deleted { queue, seq } => self.remove(*queue, *seq),
             Record::Purged { queue, through_seq } => {
-                let Some(ledger) = self.queues.get_mut(queue) else {
-                    return;
-                };
-                let purged: Vec<u64> = ledger
-                    .messages
-                    .range(..=*through_seq)
-                    .map(|(&seq, _)| seq)
-                    .collect();
-                let mut segments = Vec::with_capacity(purged.len());
-                for seq in purged {
-                    if let Some(removed) = ledger.remove(seq) {
-                        segments.push(removed.position.segment);
-                    }
-                }
-                for segment in segments {
-                    self.forget_live(u64::from(segment));
-                }
-                self.drop_queue_if_empty(*queue);
+                let mark = self.purges.entry(*queue).or_default();
+                *mark = (*mark).max(*through_seq);
             }
         }
     }
@@ -283,11 +278,11 @@ impl Ledger {
             first_received_at: message.first_received_at.unwrap_or(NEVER),
             last_received_at: message.last_received_at.unwrap_or(NEVER),
         };
-        let replaced = self.queues.entry(message.queue).or_default().insert(
-            message.seq,
-            state,
-            message.failures.clone(),
-        );
+        let replaced =
+            self.queues
+                .entry(message.queue)
+                .or_default()
+                .insert(message.seq, state, message);
         if let Some(replaced) = replaced {
             self.forget_live(u64::from(replaced.position.segment));
         }
@@ -415,6 +410,67 @@ impl Ledger {
             }
         }
         counts
+    }
+
+    /// When `queue`'s oldest live message was sent, epoch milliseconds.
+    pub fn oldest_sent_at(&self, queue: u64) -> Option<i64> {
+        let ledger = self.queues.get(&queue)?;
+        ledger.by_age.first().map(|&(sent_at, _)| sent_at)
+    }
+
+    /// The next instant after `now` at which one of `queue`'s messages
+    /// becomes deliverable, if any is waiting.
+    pub fn next_visible_at(&self, queue: u64, now: i64) -> Option<i64> {
+        let ledger = self.queues.get(&queue)?;
+        ledger
+            .order
+            .range((now.saturating_add(1), 0, 0)..)
+            .next()
+            .map(|&(visible_at, _, _)| visible_at)
+    }
+
+    /// The failures reported for a live message, if any.
+    pub fn failures(&self, queue: u64, seq: u64) -> Option<&Failures> {
+        self.queues.get(&queue)?.failures.get(&seq)
+    }
+
+    /// How many of `queue`'s live messages move task `task` redrove (they
+    /// came back to it, when `queue` is the task's dead-letter queue).
+    pub fn redriven_by(&self, queue: u64, task: &str) -> u64 {
+        self.queues.get(&queue).map_or(0, |ledger| {
+            ledger
+                .redriven_by
+                .values()
+                .filter(|by| by.as_ref() == task)
+                .count() as u64
+        })
+    }
+
+    /// Live messages in `queue`.
+    pub fn queue_len(&self, queue: u64) -> usize {
+        self.queues
+            .get(&queue)
+            .map_or(0, |ledger| ledger.messages.len())
+    }
+
+    /// Every queue holding a live message.
+    pub fn queue_ids(&self) -> Vec<u64> {
+        let mut ids: Vec<u64> = self.queues.keys().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// Purges not yet swept, as `(queue, through_seq)`.
+    pub fn purge_marks(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.purges
+            .iter()
+            .map(|(&queue, &through)| (queue, through))
+    }
+
+    /// Forgets `queue`'s purge mark once nothing it covers is live (a
+    /// replay sets it again, and the next sweep finds nothing to drop).
+    pub fn clear_purge(&mut self, queue: u64) {
+        self.purges.remove(&queue);
     }
 
     /// Live messages in all queues.
@@ -575,24 +631,24 @@ mod tests {
     }
 
     #[test]
-    fn a_purge_takes_its_queue_through_the_mark_and_no_other() {
+    fn a_purge_marks_its_queue_through_the_mark_and_keeps_the_highest_mark() {
         let mut ledger = Ledger::new(0);
         for seq in 1..=5 {
             ledger.apply(&sent(1, seq, 0), at(seq as u32, 0));
         }
         ledger.apply(&sent(2, 6, 0), at(1, 1));
-        ledger.apply(
-            &Record::Purged {
-                queue: 1,
-                through_seq: 3,
-            },
-            at(6, 0),
-        );
-        assert_eq!(ledger.deliverable(1, 0, 10), vec![4, 5]);
+        let purge = |through_seq| Record::Purged {
+            queue: 1,
+            through_seq,
+        };
+        ledger.apply(&purge(3), at(6, 0));
+        ledger.apply(&purge(2), at(6, 1));
+        // The messages stay until a sweep drops them in chunks.
+        assert_eq!(ledger.queue_len(1), 5);
+        assert_eq!(ledger.purge_marks().collect::<Vec<_>>(), vec![(1, 3)]);
+        ledger.clear_purge(1);
+        assert_eq!(ledger.purge_marks().count(), 0);
         assert_eq!(ledger.deliverable(2, 0, 10), vec![6]);
-        assert_eq!(ledger.oldest_live_segment(), Some(1));
-        ledger.apply(&Record::Deleted { queue: 2, seq: 6 }, at(6, 1));
-        assert_eq!(ledger.oldest_live_segment(), Some(4));
     }
 
     #[test]

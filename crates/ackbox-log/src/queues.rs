@@ -160,6 +160,17 @@ pub enum VisibilityChanged {
     NotInFlight,
 }
 
+/// What [`StandardQueues::purge`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Purge {
+    /// Messages dropped at once.
+    pub deleted: u64,
+    /// More were purged, left for [`StandardQueues::sweep`].
+    pub more: bool,
+    /// The LSN to wait on.
+    pub lsn: Lsn,
+}
+
 /// Why an operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum QueuesError {
@@ -614,11 +625,72 @@ impl StandardQueues {
         Ok(step)
     }
 
-    /// Removes every message of `queue` sent so far; the LSN to wait on.
-    pub fn purge(&self, queue: u64) -> Result<Lsn, QueuesError> {
+    /// Purges `queue`: drops at most `at_once` of the messages sent so far
+    /// now, oldest first, and marks the rest for [`Self::sweep`], so that
+    /// purging millions never holds every queue behind one lock for long.
+    /// Messages sent after the purge are not touched.
+    pub fn purge(&self, queue: u64, at_once: usize) -> Result<Purge, QueuesError> {
         let mut ledger = self.ledger();
         let through_seq = ledger.next_seq() - 1;
-        self.append(&mut ledger, &[Record::Purged { queue, through_seq }])
+        let mut records: Vec<Record> = ledger
+            .in_order(queue, 0)
+            .take(at_once.saturating_add(1))
+            .map(|(seq, _)| Record::Deleted { queue, seq })
+            .collect();
+        let more = records.len() > at_once;
+        if more {
+            records.pop();
+            records.push(Record::Purged { queue, through_seq });
+        }
+        let deleted = records.len() as u64 - u64::from(more);
+        let lsn = self.append(&mut ledger, &records)?;
+        Ok(Purge { deleted, more, lsn })
+    }
+
+    /// Drops up to `limit` messages left behind: first those of queues
+    /// `is_live` no longer knows (deleted ones), then those purges marked.
+    /// How many it dropped, and the LSN to wait on.
+    pub fn sweep(
+        &self,
+        limit: usize,
+        is_live: impl Fn(u64) -> bool,
+    ) -> Result<(u64, Lsn), QueuesError> {
+        let mut ledger = self.ledger();
+        let mut records = Vec::new();
+        for queue in ledger.queue_ids() {
+            if is_live(queue) {
+                continue;
+            }
+            let left = limit - records.len();
+            records.extend(
+                ledger
+                    .in_order(queue, 0)
+                    .take(left)
+                    .map(|(seq, _)| Record::Deleted { queue, seq }),
+            );
+            if records.len() >= limit {
+                break;
+            }
+        }
+        let marks: Vec<(u64, u64)> = ledger.purge_marks().collect();
+        for (queue, through_seq) in marks {
+            let left = limit - records.len();
+            if left == 0 {
+                break;
+            }
+            let purged: Vec<u64> = ledger
+                .in_order(queue, 0)
+                .take_while(|&(seq, _)| seq <= through_seq)
+                .take(left)
+                .map(|(seq, _)| seq)
+                .collect();
+            if purged.is_empty() {
+                ledger.clear_purge(queue);
+            }
+            records.extend(purged.into_iter().map(|seq| Record::Deleted { queue, seq }));
+        }
+        let lsn = self.append(&mut ledger, &records)?;
+        Ok((records.len() as u64, lsn))
     }
 
     /// `queue`'s approximate counts at `now`.

@@ -27,6 +27,8 @@ pub struct Content {
     pub trace_header: Option<String>,
     /// Who sent it.
     pub sender_id: String,
+    /// `MessageGroupId`, which a standard queue keeps and returns.
+    pub group_id: Option<String>,
 }
 
 /// What consumers reported about a message's failures (`AckBox.NackMessage`).
@@ -360,6 +362,7 @@ fn put_message(out: &mut Vec<u8>, message: &SentMessage) {
     put_optional_str(out, content.md5_of_attributes.as_deref());
     put_optional_str(out, content.trace_header.as_deref());
     put_str(out, &content.sender_id);
+    put_optional_str(out, content.group_id.as_deref());
 }
 
 fn put_u32(out: &mut Vec<u8>, value: u32) {
@@ -483,6 +486,7 @@ impl<'a> Reader<'a> {
                 md5_of_attributes: self.optional_string("md5_of_attributes")?,
                 trace_header: self.optional_string("trace_header")?,
                 sender_id: self.string("sender_id")?,
+                group_id: self.optional_string("group_id")?,
             },
         })
     }
@@ -514,7 +518,12 @@ mod tests {
                 option::of(".*"),
             ),
             (".*", ".*", option::of(".*"), "[0-9a-f]{32}"),
-            (option::of("[0-9a-f]{32}"), option::of(".*"), ".*"),
+            (
+                option::of("[0-9a-f]{32}"),
+                option::of(".*"),
+                ".*",
+                option::of(".*"),
+            ),
         )
             .prop_map(
                 |(
@@ -528,7 +537,7 @@ mod tests {
                         redriven_by_task,
                     ),
                     (message_id, body, attributes, md5_of_body),
-                    (md5_of_attributes, trace_header, sender_id),
+                    (md5_of_attributes, trace_header, sender_id, group_id),
                 )| SentMessage {
                     queue,
                     seq,
@@ -556,6 +565,7 @@ mod tests {
                         md5_of_attributes,
                         trace_header,
                         sender_id,
+                        group_id,
                     },
                 },
             )

@@ -6,6 +6,7 @@
 //! dead-letter queue itself; after every step the same answers and the same
 //! counts — including after the log is closed and replayed.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use ackbox_log::compaction::CompactionPolicy;
@@ -47,8 +48,14 @@ enum Op {
         handle: usize,
         visibility_ms: i64,
     },
+    /// A purge dropping at most `at_once` at once and marking the rest.
     Purge {
         queue: u64,
+        at_once: usize,
+    },
+    /// The sweep of what purges marked.
+    Sweep {
+        limit: usize,
     },
     /// Give a message back, with or without a failure, or dead-letter it.
     Nack {
@@ -99,7 +106,8 @@ fn op() -> impl Strategy<Value = Op> {
                 with_failure,
                 permanent,
             }),
-        1 => (0..QUEUES).prop_map(|queue| Op::Purge { queue }),
+        1 => (0..QUEUES, 0usize..3).prop_map(|(queue, at_once)| Op::Purge { queue, at_once }),
+        1 => (1usize..4).prop_map(|limit| Op::Sweep { limit }),
         2 => (0..QUEUES, 1usize..4).prop_map(|(queue, limit)| Op::Expire { queue, limit }),
         1 => (0..QUEUES, 1usize..5).prop_map(|(queue, max)| Op::Peek { queue, max }),
         // Leases and ticks in steps of 5 ms land exactly on retention's and
@@ -131,6 +139,8 @@ struct Message {
 struct Model {
     messages: Vec<Message>,
     next_seq: u64,
+    /// Purges not yet swept: each queue's messages up to the mark.
+    purges: BTreeMap<u64, u64>,
 }
 
 impl Model {
@@ -352,10 +362,55 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 };
                 prop_assert_eq!(outcome, expected);
             }
-            Op::Purge { queue } => {
-                let lsn = queues.purge(queue).expect("a purge");
-                queues.commit().wait_durable(lsn).expect("a durable purge");
-                model.messages.retain(|m| m.queue != queue);
+            Op::Purge { queue, at_once } => {
+                let purge = queues.purge(queue, at_once).expect("a purge");
+                queues
+                    .commit()
+                    .wait_durable(purge.lsn)
+                    .expect("a durable purge");
+                let mut seqs: Vec<u64> = model
+                    .messages
+                    .iter()
+                    .filter(|m| m.queue == queue)
+                    .map(|m| m.seq)
+                    .collect();
+                seqs.sort_unstable();
+                let more = seqs.len() > at_once;
+                seqs.truncate(at_once);
+                model
+                    .messages
+                    .retain(|m| m.queue != queue || !seqs.contains(&m.seq));
+                if more {
+                    let mark = model.purges.entry(queue).or_default();
+                    *mark = (*mark).max(model.next_seq - 1);
+                }
+                prop_assert_eq!((purge.deleted, purge.more), (seqs.len() as u64, more));
+            }
+            Op::Sweep { limit } => {
+                let (swept, _) = queues.sweep(limit, |_| true).expect("a sweep");
+                let mut expected = 0;
+                for (queue, through) in model.purges.clone() {
+                    let left = limit - expected;
+                    if left == 0 {
+                        break;
+                    }
+                    let mut seqs: Vec<u64> = model
+                        .messages
+                        .iter()
+                        .filter(|m| m.queue == queue && m.seq <= through)
+                        .map(|m| m.seq)
+                        .collect();
+                    seqs.sort_unstable();
+                    seqs.truncate(left);
+                    if seqs.is_empty() {
+                        model.purges.remove(&queue);
+                    }
+                    expected += seqs.len();
+                    model
+                        .messages
+                        .retain(|m| m.queue != queue || !seqs.contains(&m.seq));
+                }
+                prop_assert_eq!(swept, expected as u64);
             }
             Op::Expire { queue, limit } => {
                 let cutoff = now - RETENTION_MS;

@@ -564,3 +564,46 @@ fn a_damaged_header_with_records_after_it_stops_the_open() {
         other => panic!("acknowledged records behind a damaged header were dropped: {other:?}"),
     }
 }
+
+#[test]
+fn a_purge_left_to_the_sweep_survives_compaction_copying_what_it_covers() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let options = LogOptions {
+        segment_bytes: 1024,
+    };
+    let (mut log, mut ledger, _) = reopen(dir.path(), options).expect("a new log");
+    let purged = send(&mut log, &mut ledger, 12);
+    let through_seq = *purged.last().expect("a message");
+    append(
+        &mut log,
+        &mut ledger,
+        &[Record::Purged {
+            queue: QUEUE,
+            through_seq,
+        }],
+    );
+    // Later sends, gone again, roll the log past the purge's segment.
+    let later: Vec<Record> = send(&mut log, &mut ledger, 12)
+        .into_iter()
+        .map(|seq| Record::Deleted { queue: QUEUE, seq })
+        .collect();
+    append(&mut log, &mut ledger, &later);
+    // Copy everything live forward: the segments holding the sends and the
+    // purge's record go.
+    let everything = CompactionPolicy {
+        max_live_share: 1.0,
+        ..CompactionPolicy::default()
+    };
+    let report = compact(&mut log, &mut ledger, everything).expect("a compaction");
+    assert_eq!(report.copied, 12);
+    assert!(report.removed > 0, "{report:?}");
+    drop(log);
+
+    let (_, reopened, _) = reopen(dir.path(), options).expect("a reopen");
+    assert_eq!(reopened.queue_len(QUEUE), 12);
+    assert_eq!(
+        reopened.purge_marks().collect::<Vec<_>>(),
+        vec![(QUEUE, through_seq)],
+        "the copies came back without the purge that covers them"
+    );
+}
