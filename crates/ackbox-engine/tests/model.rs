@@ -10,7 +10,7 @@ use ackbox_core::queue_name::QueueName;
 use ackbox_engine::send::SendEntry;
 use ackbox_engine::{Engine, EngineError};
 use proptest::prelude::*;
-use support::{receive_request, start_engine};
+use support::{receive_request, start_engine, start_engine_on_the_log};
 
 mod support;
 
@@ -136,10 +136,14 @@ async fn count(engine: &Engine, queue: &QueueName, name: &str) -> u64 {
     attributes[name].parse().unwrap()
 }
 
-async fn run_case(ops: Vec<Op>) -> Result<(), TestCaseError> {
+async fn run_case(ops: Vec<Op>, on_the_log: bool) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(START);
-    let engine = start_engine(dir.path(), &clock).await;
+    let engine = if on_the_log {
+        start_engine_on_the_log(dir.path(), &clock).await
+    } else {
+        start_engine(dir.path(), &clock).await
+    };
     let queue = engine
         .create_queue("model", &Default::default(), &Default::default())
         .await
@@ -276,6 +280,12 @@ proptest! {
     #[test]
     fn inv2_inv3_engine_agrees_with_the_reference_model(ops in prop::collection::vec(op(), 1..40)) {
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(run_case(ops))?;
+        runtime.block_on(run_case(ops, false))?;
+    }
+
+    #[test]
+    fn inv2_inv3_engine_on_the_log_store_agrees_with_the_reference_model(ops in prop::collection::vec(op(), 1..40)) {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(run_case(ops, true))?;
     }
 }

@@ -81,7 +81,8 @@ fn main() {
                     sender_id: "AIDAEXAMPLE".to_owned(),
                     ..Content::default()
                 },
-                delay_ms: 0,
+                sent_at: now_ms(),
+                visible_at: now_ms(),
             })
             .collect()
     };
@@ -93,7 +94,7 @@ fn main() {
         for _ in 0..WORKERS {
             scope.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
-                    let (_, lsn) = queues.send(QUEUE, outgoing(), now_ms()).expect("a send");
+                    let (_, lsn) = queues.send(QUEUE, outgoing()).expect("a send");
                     queues.commit().wait_durable(lsn).expect("a durable send");
                     sent.fetch_add(BATCH as u64, Ordering::Relaxed);
                 }

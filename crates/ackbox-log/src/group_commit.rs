@@ -264,6 +264,12 @@ impl GroupCommit {
         }
     }
 
+    /// The LSN after everything appended so far: wait on it to make all of
+    /// it durable.
+    pub fn appended(&self) -> Lsn {
+        self.shared.lock().appended
+    }
+
     /// Blocks until everything up to `lsn` is durable.
     pub fn wait_durable(&self, lsn: Lsn) -> Result<(), CommitError> {
         let (answer, answered) = std::sync::mpsc::sync_channel(1);

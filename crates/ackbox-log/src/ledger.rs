@@ -446,6 +446,12 @@ impl Ledger {
         })
     }
 
+    /// The highest sequence number live in `queue`.
+    pub fn newest_seq(&self, queue: u64) -> Option<u64> {
+        let ledger = self.queues.get(&queue)?;
+        ledger.messages.last_key_value().map(|(&seq, _)| seq)
+    }
+
     /// Live messages in `queue`.
     pub fn queue_len(&self, queue: u64) -> usize {
         self.queues

@@ -24,13 +24,15 @@ use crate::ledger::{Ledger, QueueCounts};
 use crate::log::{Log, LogError, LogOptions, LogPosition, Recovery};
 use crate::record::{Content, DecodeError, Failures, Record, SentMessage};
 
-/// A message to send, and how long to hold it back.
+/// A message to send, and when.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Outgoing {
     /// The message.
     pub content: Content,
-    /// Milliseconds before it may be delivered.
-    pub delay_ms: i64,
+    /// Epoch milliseconds: retention counts from here.
+    pub sent_at: i64,
+    /// Epoch milliseconds before which it is not delivered (its delay's end).
+    pub visible_at: i64,
 }
 
 /// A message handed to a receiver, with its new lease.
@@ -136,6 +138,9 @@ pub struct MoveStep {
     pub held: bool,
     /// The LSN to wait on before recording the step's progress.
     pub lsn: Lsn,
+    /// Messages the step read to judge (at most its limit): fewer than the
+    /// limit means the walk reached its end.
+    pub candidates: usize,
 }
 
 /// What a delete did.
@@ -283,13 +288,12 @@ impl StandardQueues {
         Ok(lsn)
     }
 
-    /// Sends `messages` to `queue` at `now`: their sequence numbers, and the
-    /// LSN to wait on before acknowledging them.
+    /// Sends `messages` to `queue`: their sequence numbers, and the LSN to
+    /// wait on before acknowledging them.
     pub fn send(
         &self,
         queue: u64,
         messages: Vec<Outgoing>,
-        now: i64,
     ) -> Result<(Vec<u64>, Lsn), QueuesError> {
         let mut ledger = self.ledger();
         let seqs: Vec<u64> = ledger.allocate_seqs(messages.len() as u64).collect();
@@ -300,8 +304,8 @@ impl StandardQueues {
                 Record::Sent(SentMessage {
                     queue,
                     seq,
-                    sent_at: now,
-                    visible_at: now + message.delay_ms.max(0),
+                    sent_at: message.sent_at,
+                    visible_at: message.visible_at,
                     receive_count: 0,
                     first_received_at: None,
                     last_received_at: None,
@@ -409,12 +413,16 @@ impl StandardQueues {
     ) -> Result<Vec<Deleted>, QueuesError> {
         let mut ledger = self.ledger();
         let mut records = Vec::new();
+        let mut deleted = Vec::new();
         let outcomes = leases
             .iter()
             .map(|&(seq, lease)| match ledger.message(queue, seq) {
+                // A batch naming a message twice deletes it once.
+                Some(_) if deleted.contains(&seq) => Deleted::AlreadyGone,
                 None => Deleted::AlreadyGone,
                 Some(state) if state.receive_count == lease || state.visible_at <= now => {
                     records.push(Record::Deleted { queue, seq });
+                    deleted.push(seq);
                     Deleted::Deleted
                 }
                 Some(_) => Deleted::LeasedToAnother,
@@ -585,6 +593,7 @@ impl StandardQueues {
         let payloads = self.commit.read_log().read_many(&positions)?;
         let mut step = MoveStep {
             cursor,
+            candidates: candidates.len(),
             ..MoveStep::default()
         };
         let mut records = Vec::new();
@@ -696,5 +705,11 @@ impl StandardQueues {
     /// `queue`'s approximate counts at `now`.
     pub fn counts(&self, queue: u64, now: i64) -> QueueCounts {
         self.ledger().counts(queue, now)
+    }
+
+    /// Answers a question about the live messages from the ledger, under
+    /// its lock: keep it short, every queue waits.
+    pub fn inspect<R>(&self, question: impl FnOnce(&Ledger) -> R) -> R {
+        question(&self.ledger())
     }
 }

@@ -229,10 +229,11 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                             body: format!("{now}-{index}"),
                             ..Content::default()
                         },
-                        delay_ms,
+                        sent_at: now,
+                        visible_at: now + delay_ms,
                     })
                     .collect();
-                let (seqs, lsn) = queues.send(queue, outgoing, now).expect("a send");
+                let (seqs, lsn) = queues.send(queue, outgoing).expect("a send");
                 queues.commit().wait_durable(lsn).expect("a durable send");
                 let expected: Vec<u64> = (model.next_seq..model.next_seq + count as u64).collect();
                 prop_assert_eq!(&seqs, &expected);

@@ -10,6 +10,7 @@ use ackbox_core::clock::Clock;
 use ackbox_core::queue_name::Realm;
 use ackbox_engine::secret::load_or_create_receipt_key;
 use ackbox_engine::store::Store;
+use ackbox_engine::store::log::LogStore;
 use ackbox_engine::store::postgres::{PostgresOptions, PostgresStore};
 use ackbox_engine::store::sqlite::{Durability, SqliteStore};
 use ackbox_engine::{Engine, EngineConfig};
@@ -25,6 +26,17 @@ use crate::limits::{HttpLimits, LimitsError};
 use crate::listener::serve;
 use crate::tls::{TlsError, TlsFiles};
 
+/// Which store keeps queues and messages when PostgreSQL does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EmbeddedStore {
+    /// Everything in one SQLite database.
+    #[default]
+    Sqlite,
+    /// Standard queues' messages in an append-only log, everything else in
+    /// SQLite beside it ([`LogStore`]).
+    Log,
+}
+
 /// Everything needed to start a broker.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -34,6 +46,8 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     /// How commits reach the disk (embedded store).
     pub durability: Durability,
+    /// Which embedded store, when `postgres` is `None`.
+    pub embedded: EmbeddedStore,
     /// Keep queues and messages in this PostgreSQL database instead of the
     /// embedded store, shared with every other node pointed at it; the
     /// installation secret then lives there too.
@@ -58,6 +72,7 @@ impl BrokerConfig {
             listen,
             data_dir,
             durability: Durability::Fsync,
+            embedded: EmbeddedStore::Sqlite,
             postgres: None,
             realm: Realm::default(),
             ui_read_only: false,
@@ -172,12 +187,21 @@ impl RunningBroker {
                     Arc::new(store),
                 )
             }
-            None => (
-                load_or_create_receipt_key(&config.data_dir).map_err(store_error)?,
-                Arc::new(
-                    SqliteStore::open(&config.data_dir, config.durability).map_err(store_error)?,
-                ),
-            ),
+            None => {
+                let key = load_or_create_receipt_key(&config.data_dir).map_err(store_error)?;
+                let store: Arc<dyn Store> = match config.embedded {
+                    EmbeddedStore::Sqlite => Arc::new(
+                        SqliteStore::open(&config.data_dir, config.durability)
+                            .map_err(store_error)?,
+                    ),
+                    EmbeddedStore::Log => Arc::new(
+                        LogStore::open(&config.data_dir, config.durability)
+                            .await
+                            .map_err(store_error)?,
+                    ),
+                };
+                (key, store)
+            }
         };
         let mut engine_config = EngineConfig::new(receipt_key);
         engine_config.realm = config.realm.clone();

@@ -9,7 +9,7 @@ use ackbox_core::queue_name::Realm;
 use ackbox_engine::Engine;
 use ackbox_engine::store::postgres::PostgresOptions;
 use ackbox_engine::store::sqlite::Durability;
-use ackbox_server::broker::{BrokerConfig, RunningBroker};
+use ackbox_server::broker::{BrokerConfig, EmbeddedStore, RunningBroker};
 use ackbox_server::limits::HttpLimits;
 use tempfile::TempDir;
 
@@ -17,23 +17,29 @@ use crate::postgres::PostgresSchema;
 use crate::tls::TestCertificate;
 
 /// Set to `postgres` to run every [`TestServer`] on a throwaway schema of
-/// `ACKBOX_TEST_POSTGRES_URL` instead of the embedded store: `.ci/run` runs
-/// the server suites once each way.
+/// `ACKBOX_TEST_POSTGRES_URL`, or to `log` to run it on the log store,
+/// instead of the embedded SQLite store: `.ci/run` runs the server suites
+/// once each way.
 pub const STORE_VARIABLE: &str = "ACKBOX_TEST_SERVER_STORE";
 
-/// The schema to run on, when [`STORE_VARIABLE`] asks for PostgreSQL.
+/// The store [`STORE_VARIABLE`] asks for: the embedded store to use, and
+/// the schema to run on when it asks for PostgreSQL.
 ///
 /// # Panics
 /// When it names a store there is none of, or PostgreSQL without its URL:
 /// a run meant for PostgreSQL must not pass on SQLite unnoticed.
-fn postgres_schema() -> Option<PostgresSchema> {
+fn chosen_store() -> (EmbeddedStore, Option<PostgresSchema>) {
     match std::env::var(STORE_VARIABLE).as_deref() {
-        Err(_) | Ok("" | "sqlite") => None,
-        Ok("postgres") => Some(
-            PostgresSchema::new("the server on PostgreSQL")
-                .expect("ACKBOX_TEST_SERVER_STORE=postgres needs ACKBOX_TEST_POSTGRES_URL"),
+        Err(_) | Ok("" | "sqlite") => (EmbeddedStore::Sqlite, None),
+        Ok("log") => (EmbeddedStore::Log, None),
+        Ok("postgres") => (
+            EmbeddedStore::Sqlite,
+            Some(
+                PostgresSchema::new("the server on PostgreSQL")
+                    .expect("ACKBOX_TEST_SERVER_STORE=postgres needs ACKBOX_TEST_POSTGRES_URL"),
+            ),
         ),
-        Ok(other) => panic!("{STORE_VARIABLE} must be sqlite or postgres, not {other:?}"),
+        Ok(other) => panic!("{STORE_VARIABLE} must be sqlite, log or postgres, not {other:?}"),
     }
 }
 
@@ -102,11 +108,12 @@ impl TestServerBuilder {
             path
         });
         let certificate = self.tls.then(|| TestCertificate::generate(data_dir.path()));
-        let schema = postgres_schema();
+        let (embedded, schema) = chosen_store();
         let config = BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: data_dir.path().to_path_buf(),
             durability: self.durability.unwrap_or(Durability::Fsync),
+            embedded,
             postgres: schema.as_ref().map(|schema| PostgresOptions {
                 max_connections: 8,
                 schema: Some(schema.name().to_owned()),

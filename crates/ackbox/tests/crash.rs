@@ -48,9 +48,20 @@ async fn drain(client: &Client, url: &str, quiet_until: Instant) -> Vec<String> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn inv1_inv2_kill9_mid_flight_loses_no_acknowledged_message() {
+    kill9_mid_flight(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inv1_inv2_kill9_mid_flight_on_the_log_store_loses_no_acknowledged_message() {
+    kill9_mid_flight(&["--store", "log"]).await;
+}
+
+/// Eight senders, ten messages leased, `kill -9`, a restart with the same
+/// `args`: every acknowledged message and every leased one is received.
+async fn kill9_mid_flight(args: &[&str]) {
     let data_dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, &[]);
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
     let client = sqs_client(&server.url());
     let url = client
         .create_queue()
@@ -141,7 +152,7 @@ async fn inv1_inv2_kill9_mid_flight_loses_no_acknowledged_message() {
         acknowledged.len()
     );
 
-    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, &[]);
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
     let client = sqs_client(&server.url());
     // The leased messages come back once their 3 s lease has run out.
     let found: HashSet<String> = drain(&client, &url, killed_at + Duration::from_secs(5))

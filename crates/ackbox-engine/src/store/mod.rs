@@ -15,6 +15,7 @@ use ackbox_core::clock::Timestamp;
 use ackbox_core::message::MessageAttributes;
 use async_trait::async_trait;
 
+pub mod log;
 mod move_step;
 pub mod postgres;
 pub mod sqlite;
@@ -46,6 +47,16 @@ pub enum StoreError {
         /// The driver's error.
         #[source]
         source: sqlx::Error,
+    },
+    /// The log store failed to append, sync or read back; the operation was
+    /// not applied (a failed write or sync stops every later write).
+    #[error("log store operation {operation} failed")]
+    Log {
+        /// The operation that failed.
+        operation: &'static str,
+        /// The log's error.
+        #[source]
+        source: ackbox_log::queues::QueuesError,
     },
     /// Stored data could not be decoded; this needs a person.
     #[error("stored data is corrupt: {detail}")]

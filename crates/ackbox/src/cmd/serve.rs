@@ -12,7 +12,7 @@ use ackbox_engine::Engine;
 use ackbox_engine::store::postgres::PostgresOptions;
 use ackbox_engine::store::sqlite::Durability;
 use ackbox_server::auth::Authenticator;
-use ackbox_server::broker::{BrokerConfig, RunningBroker};
+use ackbox_server::broker::{BrokerConfig, EmbeddedStore, RunningBroker};
 use ackbox_server::limits::HttpLimits;
 use ackbox_server::tls::TlsFiles;
 use anyhow::{Context, bail};
@@ -50,7 +50,9 @@ pub(crate) struct Args {
     #[arg(long, env = "ACKBOX_DATA_DIR", default_value = "./ackbox-data")]
     data_dir: PathBuf,
     /// Where queues and messages live: `sqlite` (the embedded store in
-    /// `--data-dir`) or a `postgres://` URL shared by several ackbox nodes.
+    /// `--data-dir`), `log` (standard queues' messages in an append-only
+    /// log in `--data-dir`, the rest in SQLite beside it) or a
+    /// `postgres://` URL shared by several ackbox nodes.
     #[arg(long, env = "ACKBOX_STORE", default_value = "sqlite")]
     store: String,
     /// With a PostgreSQL store: most connections this node opens (at least 3: one listens, half of the rest commit leases and deletes).
@@ -144,9 +146,21 @@ impl Args {
         }
     }
 
-    /// `--store` names the embedded store.
+    /// `--store` names an embedded store.
     fn embedded_store(&self) -> bool {
-        self.store.trim().eq_ignore_ascii_case("sqlite")
+        self.embedded().is_some()
+    }
+
+    /// The embedded store `--store` names, if it names one.
+    fn embedded(&self) -> Option<EmbeddedStore> {
+        let store = self.store.trim();
+        if store.eq_ignore_ascii_case("sqlite") {
+            Some(EmbeddedStore::Sqlite)
+        } else if store.eq_ignore_ascii_case("log") {
+            Some(EmbeddedStore::Log)
+        } else {
+            None
+        }
     }
 
     /// The PostgreSQL store `--store` names, or `None` for the embedded one.
@@ -157,7 +171,7 @@ impl Args {
         let store = self.store.trim();
         if !(store.starts_with("postgres://") || store.starts_with("postgresql://")) {
             anyhow::bail!(
-                "--store (ACKBOX_STORE) must be `sqlite` or a postgres:// URL; got {:?}",
+                "--store (ACKBOX_STORE) must be `sqlite`, `log` or a postgres:// URL; got {:?}",
                 ackbox_server::broker::redact_password(store)
             );
         }
@@ -351,6 +365,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         listen: SocketAddr::new(args.bind, args.port),
         data_dir: args.data_dir.clone(),
         durability,
+        embedded: args.embedded().unwrap_or_default(),
         postgres,
         realm: realm(&args)?,
         ui_read_only: args.ui_read_only,

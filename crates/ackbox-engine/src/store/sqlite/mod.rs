@@ -32,6 +32,7 @@ pub use writer::Durability;
 
 use checkpoint::Checkpointer;
 use mutation::{QUEUE_COLUMNS, database_error, queue_from_row, queue_record};
+pub(crate) use mutation::{StepProgress, TaskPosition};
 use writer::{Commit, Writer};
 
 /// The database file inside the data directory.
@@ -172,6 +173,78 @@ impl SqliteStore {
                 reader: Mutex::new(reader),
             }),
         })
+    }
+
+    /// Every queue's id and whether it is FIFO.
+    pub(crate) async fn queue_kinds(&self) -> Result<Vec<(i64, bool)>, StoreError> {
+        self.read(|connection| {
+            connection
+                .prepare_cached("SELECT id, fifo FROM queues")
+                .and_then(|mut select| {
+                    select
+                        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+                        .collect()
+                })
+                .map_err(database_error("queue_kinds"))
+        })
+        .await
+    }
+
+    /// Starts a move task over a source whose messages live in the log
+    /// store; `snapshot` is the log's `(newest seq, matching messages)`.
+    pub(crate) async fn move_task_create_over(
+        &self,
+        params: MoveTaskCreateParams,
+        snapshot: (i64, i64),
+    ) -> Result<MoveTaskCreateOutcome, StoreError> {
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                mutation::move_task_insert(connection, &params, |_| Ok(snapshot))
+            })
+            .await
+    }
+
+    /// Where a running task stands; `None` when it is not running.
+    pub(crate) async fn move_task_position(
+        &self,
+        handle: &str,
+    ) -> Result<Option<TaskPosition>, StoreError> {
+        let handle = handle.to_owned();
+        self.read(move |connection| mutation::move_task_position(connection, &handle))
+            .await
+    }
+
+    /// Records the progress of a step whose moves happened in the log store
+    /// (and are durable there).
+    pub(crate) async fn move_task_record_step(
+        &self,
+        handle: &str,
+        progress: StepProgress,
+    ) -> Result<(), StoreError> {
+        let handle = handle.to_owned();
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                mutation::move_task_record_step(connection, &handle, &progress)
+            })
+            .await
+    }
+
+    /// Resumes a paused task over the log store, whose source holds
+    /// `relapsed` of the task's messages now.
+    pub(crate) async fn move_task_resume_with(
+        &self,
+        handle: &str,
+        relapsed: i64,
+    ) -> Result<Option<MoveTaskRecord>, StoreError> {
+        let handle = handle.to_owned();
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                mutation::move_task_resume(connection, &handle, Some(relapsed))
+            })
+            .await
     }
 
     async fn read<T, F>(&self, work: F) -> Result<T, StoreError>
@@ -420,7 +493,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::move_task_resume(connection, &handle)
+                mutation::move_task_resume(connection, &handle, None)
             })
             .await
     }

@@ -1037,6 +1037,27 @@ pub(crate) fn move_task_create(
     connection: &Connection,
     params: &MoveTaskCreateParams,
 ) -> Result<MoveTaskCreateOutcome, StoreError> {
+    move_task_insert(connection, params, |connection| {
+        connection
+            .query_row(
+                "SELECT COALESCE(MAX(seq), 0),
+                        COALESCE(SUM((?2 IS NULL OR last_failure_class = ?2) AND (?3 IS NULL OR sent_at <= ?3)), 0)
+                 FROM messages WHERE queue_id = ?1",
+                params![params.source_queue_id, params.filter.class, params.filter.sent_before],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .map_err(database_error("move_task_create: snapshot"))
+    })
+}
+
+/// Starts a move task unless one runs on its source, taking the source's
+/// `(newest seq, matching messages)` from `snapshot` (the messages may
+/// live in this database or in the log store's).
+pub(crate) fn move_task_insert(
+    connection: &Connection,
+    params: &MoveTaskCreateParams,
+    snapshot: impl FnOnce(&Connection) -> Result<(i64, i64), StoreError>,
+) -> Result<MoveTaskCreateOutcome, StoreError> {
     ensure_queue_exists(connection, params.source_queue_id)?;
     let running = connection
         .prepare_cached(
@@ -1047,15 +1068,7 @@ pub(crate) fn move_task_create(
     if running {
         return Ok(MoveTaskCreateOutcome::AlreadyRunning);
     }
-    let (until_seq, matching): (i64, i64) = connection
-        .query_row(
-            "SELECT COALESCE(MAX(seq), 0),
-                    COALESCE(SUM((?2 IS NULL OR last_failure_class = ?2) AND (?3 IS NULL OR sent_at <= ?3)), 0)
-             FROM messages WHERE queue_id = ?1",
-            params![params.source_queue_id, params.filter.class, params.filter.sent_before],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
-        .map_err(database_error("move_task_create: snapshot"))?;
+    let (until_seq, matching) = snapshot(connection)?;
     let to_move = params
         .filter
         .max_messages
@@ -1094,29 +1107,20 @@ pub(crate) fn move_task_step(
     connection: &Connection,
     params: &MoveTaskStepParams,
 ) -> Result<MoveTaskStepOutcome, StoreError> {
-    let task: Option<(i64, i64, i64, String)> = connection
-        .prepare_cached("SELECT source_queue_id, until_seq, cursor_seq, status FROM move_tasks WHERE handle = ?1")
-        .and_then(|mut select| {
-            select
-                .query_row([&params.handle], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?)))
-                .optional()
-        })
-        .map_err(database_error("move_task_step: task"))?;
-    let Some((source_queue_id, until_seq, cursor, status)) = task else {
+    let Some(TaskPosition {
+        record,
+        until_seq,
+        cursor,
+        relapse_base_moved,
+        relapse_base_count,
+    }) = move_task_position(connection, &params.handle)?
+    else {
         return Ok(MoveTaskStepOutcome {
             finished: true,
             ..MoveTaskStepOutcome::default()
         });
     };
-    if status != "RUNNING" {
-        return Ok(MoveTaskStepOutcome {
-            finished: true,
-            ..MoveTaskStepOutcome::default()
-        });
-    }
-    let record = move_task_get(connection, &params.handle)?.ok_or_else(|| StoreError::Corrupt {
-        detail: "a running move task vanished".into(),
-    })?;
+    let source_queue_id = record.source_queue_id;
     let filter = &record.filter;
     let candidates: Vec<Candidate> = connection
         .prepare_cached(
@@ -1141,7 +1145,11 @@ pub(crate) fn move_task_step(
     let mut outcome = MoveTaskStepOutcome::default();
     let mut last_seq = cursor;
     // Judged before moving more: a relapsing task must not feed the loop.
-    let brake = relapse_brake(connection, &params.handle, source_queue_id)?;
+    let relapsed = redriven_count(connection, source_queue_id, &params.handle)?;
+    let brake = move_step::relapse_brake(
+        record.moved - relapse_base_moved,
+        relapsed - relapse_base_count,
+    );
     let mut end = StepEnd {
         brake,
         candidates: candidates.len(),
@@ -1194,27 +1202,122 @@ pub(crate) fn move_task_step(
     }
     end.moved_total = record.moved + outcome.moved as i64;
     let (status, failure) = end.conclude();
+    move_task_record_step(
+        connection,
+        &params.handle,
+        &StepProgress {
+            cursor: last_seq,
+            moved: outcome.moved as i64,
+            skipped,
+            status,
+            failure,
+            now: params.now,
+        },
+    )?;
+    outcome.finished = status != "RUNNING";
+    Ok(outcome)
+}
+
+/// A running move task and where its walk of the source stands.
+#[derive(Debug)]
+pub(crate) struct TaskPosition {
+    pub(crate) record: MoveTaskRecord,
+    /// The newest sequence number of the source when the task started.
+    pub(crate) until_seq: i64,
+    /// The last sequence number it judged.
+    pub(crate) cursor: i64,
+    /// `moved`, and the task's messages back in the source, at its last
+    /// resume: the relapse brake judges what happened since.
+    pub(crate) relapse_base_moved: i64,
+    pub(crate) relapse_base_count: i64,
+}
+
+/// Where a running task stands; `None` when no task has the handle or it
+/// is not running.
+pub(crate) fn move_task_position(
+    connection: &Connection,
+    handle: &str,
+) -> Result<Option<TaskPosition>, StoreError> {
+    let position: Option<(i64, i64, i64, i64, String)> = connection
+        .prepare_cached(
+            "SELECT until_seq, cursor_seq, relapse_base_moved, relapse_base_count, status
+             FROM move_tasks WHERE handle = ?1",
+        )
+        .and_then(|mut select| {
+            select
+                .query_row([handle], |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                    ))
+                })
+                .optional()
+        })
+        .map_err(database_error("move_task_step: task"))?;
+    let Some((until_seq, cursor, relapse_base_moved, relapse_base_count, status)) = position else {
+        return Ok(None);
+    };
+    if status != "RUNNING" {
+        return Ok(None);
+    }
+    let record = move_task_get(connection, handle)?.ok_or_else(|| StoreError::Corrupt {
+        detail: "a running move task vanished".into(),
+    })?;
+    Ok(Some(TaskPosition {
+        record,
+        until_seq,
+        cursor,
+        relapse_base_moved,
+        relapse_base_count,
+    }))
+}
+
+/// What one step of a move task did, to record.
+#[derive(Debug)]
+pub(crate) struct StepProgress {
+    /// The last sequence number judged.
+    pub(crate) cursor: i64,
+    pub(crate) moved: i64,
+    pub(crate) skipped: i64,
+    /// The task's status after the step, and the reason it records.
+    pub(crate) status: &'static str,
+    pub(crate) failure: Option<String>,
+    pub(crate) now: i64,
+}
+
+/// Records a step's progress on its task. A task cancelled while the step
+/// ran (possible when its moves happened outside this database) stays
+/// cancelled, with the messages the step moved counted.
+pub(crate) fn move_task_record_step(
+    connection: &Connection,
+    handle: &str,
+    progress: &StepProgress,
+) -> Result<(), StoreError> {
     connection
         .prepare_cached(
-            "UPDATE move_tasks SET cursor_seq = ?2, moved = moved + ?3, status = ?4,
-                 failure_reason = ?5, finished_at = CASE WHEN ?4 IN ('RUNNING', 'PAUSED') THEN NULL ELSE ?6 END,
-                 skipped = skipped + ?7
+            "UPDATE move_tasks SET cursor_seq = ?2, moved = moved + ?3, skipped = skipped + ?7,
+                 status = CASE WHEN status = 'RUNNING' THEN ?4 ELSE status END,
+                 failure_reason = CASE WHEN status = 'RUNNING' THEN ?5 ELSE failure_reason END,
+                 finished_at = CASE WHEN status <> 'RUNNING' THEN finished_at
+                                    WHEN ?4 IN ('RUNNING', 'PAUSED') THEN NULL ELSE ?6 END
              WHERE handle = ?1",
         )
         .and_then(|mut update| {
             update.execute(params![
-                params.handle,
-                last_seq,
-                outcome.moved as i64,
-                status,
-                failure,
-                params.now,
-                skipped
+                handle,
+                progress.cursor,
+                progress.moved,
+                progress.status,
+                progress.failure,
+                progress.now,
+                progress.skipped
             ])
         })
         .map_err(database_error("move_task_step: progress"))?;
-    outcome.finished = status != "RUNNING";
-    Ok(outcome)
+    Ok(())
 }
 
 /// A message a move task considers.
@@ -1226,42 +1329,37 @@ struct Candidate {
     sent_at: i64,
 }
 
-/// Judges the relapse brake ([`move_step::relapse_brake`]) from what the
-/// task moved and what came back since its last resume.
-fn relapse_brake(
+/// How many of the source's messages the task redrove: they came back.
+fn redriven_count(
     connection: &Connection,
-    handle: &str,
     source_queue_id: i64,
-) -> Result<Option<String>, StoreError> {
-    let (moved, base_moved, base_count): (i64, i64, i64) = connection
-        .prepare_cached("SELECT moved, relapse_base_moved, relapse_base_count FROM move_tasks WHERE handle = ?1")
-        .and_then(|mut select| select.query_row([handle], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?))))
-        .map_err(database_error("relapse_brake: moved"))?;
-    let relapsed: i64 = connection
+    handle: &str,
+) -> Result<i64, StoreError> {
+    connection
         .prepare_cached(
             "SELECT COUNT(*) FROM messages WHERE queue_id = ?1 AND redriven_by_task = ?2",
         )
         .and_then(|mut select| select.query_row(params![source_queue_id, handle], |row| row.get(0)))
-        .map_err(database_error("relapse_brake: relapsed"))?;
-    Ok(move_step::relapse_brake(
-        moved - base_moved,
-        relapsed - base_count,
-    ))
+        .map_err(database_error("relapse_brake: relapsed"))
 }
 
+/// Resumes a paused task. The relapse brake starts counting again from
+/// here: `relapsed` is how many of the task's messages are back in its
+/// source now, or `None` to count them in this database.
 pub(crate) fn move_task_resume(
     connection: &Connection,
     handle: &str,
+    relapsed: Option<i64>,
 ) -> Result<Option<MoveTaskRecord>, StoreError> {
     let resumed = connection
         .execute(
             "UPDATE move_tasks SET status = 'RUNNING', sample = NULL, failure_reason = NULL,
                  relapse_base_moved = moved,
-                 relapse_base_count = (SELECT COUNT(*) FROM messages
+                 relapse_base_count = COALESCE(?2, (SELECT COUNT(*) FROM messages
                      WHERE messages.queue_id = move_tasks.source_queue_id
-                       AND messages.redriven_by_task = move_tasks.handle)
+                       AND messages.redriven_by_task = move_tasks.handle))
              WHERE handle = ?1 AND status = 'PAUSED'",
-            [handle],
+            params![handle, relapsed],
         )
         .map_err(database_error("move_task_resume"))?;
     if resumed == 0 {
