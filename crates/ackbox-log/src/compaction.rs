@@ -15,7 +15,7 @@
 //! keeps the later one; a crash mid-removal leaves a shorter prefix removed.
 
 use crate::ledger::Ledger;
-use crate::log::{Log, LogError, LogPosition};
+use crate::log::{Detached, Log, LogError, LogPosition};
 use crate::record::Record;
 
 /// When a segment is worth copying out of.
@@ -55,21 +55,36 @@ pub fn compact(
     ledger: &mut Ledger,
     policy: CompactionPolicy,
 ) -> Result<CompactionReport, LogError> {
+    let (report, detached) = compact_detaching(log, ledger, policy)?;
+    detached.remove()?;
+    Ok(report)
+}
+
+/// [`compact`], leaving the files of the segments it frees to the caller
+/// (to unlink once it no longer holds the log and the ledger).
+pub fn compact_detaching(
+    log: &mut Log,
+    ledger: &mut Ledger,
+    policy: CompactionPolicy,
+) -> Result<(CompactionReport, Detached), LogError> {
     let mut report = CompactionReport::default();
+    let mut detached = Detached::default();
     // Copies land from here on; copying them again would only churn.
     let copies_from = log.active_segment();
     loop {
         let active = log.active_segment();
         let oldest_live = ledger.oldest_live_segment().unwrap_or(active).min(active);
-        report.removed += log.remove_segments_before(oldest_live)? as u64;
+        let freed = log.detach_segments_before(oldest_live);
+        report.removed += freed.len() as u64;
+        detached.extend(freed);
         ledger.forget_segments_before(oldest_live);
         if oldest_live >= copies_from {
-            return Ok(report);
+            return Ok((report, detached));
         }
         let live = ledger.live_in(oldest_live);
         let share = live as f64 / ledger.sends_in(oldest_live).max(1) as f64;
         if share > policy.max_live_share || report.copied + live > policy.max_copies {
-            return Ok(report);
+            return Ok((report, detached));
         }
         let messages = ledger.live_before(oldest_live + 1);
         let positions: Vec<_> = messages

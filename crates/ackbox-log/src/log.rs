@@ -45,6 +45,48 @@ pub struct LogPosition {
 /// `u32` even after the append that fills a segment.
 pub const MAX_SEGMENT_BYTES: u64 = 1 << 30;
 
+/// Segments no longer part of the log, whose files are still on disk.
+#[derive(Debug, Default)]
+#[must_use = "detached segments stay on disk until removed"]
+pub struct Detached {
+    dir: PathBuf,
+    /// Oldest first.
+    numbers: Vec<u64>,
+}
+
+impl Detached {
+    /// How many segments.
+    pub fn len(&self) -> usize {
+        self.numbers.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.numbers.is_empty()
+    }
+
+    /// Adds `later`'s segments, all younger than these.
+    pub fn extend(&mut self, later: Self) {
+        if self.numbers.is_empty() {
+            self.dir = later.dir;
+        }
+        self.numbers.extend(later.numbers);
+    }
+
+    /// Unlinks the segments' files, oldest first; how many.
+    pub fn remove(self) -> Result<usize, LogError> {
+        for number in &self.numbers {
+            let path = segment_path(&self.dir, *number);
+            fs::remove_file(&path).map_err(io_error("remove", &path))?;
+            // Each removal durable before the next: a crash must leave a
+            // prefix removed, never an older segment back (with sends whose
+            // deletes were in a younger one that stayed removed).
+            sync_dir(&self.dir)?;
+        }
+        Ok(self.numbers.len())
+    }
+}
+
 /// How a log is laid out.
 #[derive(Debug, Clone, Copy)]
 pub struct LogOptions {
@@ -455,17 +497,24 @@ impl Log {
     /// Removes every sealed segment numbered below `segment` (never the one
     /// being appended to). The caller has made sure no live record is in them.
     pub fn remove_segments_before(&mut self, segment: u64) -> Result<usize, LogError> {
-        let doomed: Vec<u64> = self.sealed.range(..segment).map(|(&n, _)| n).collect();
-        for number in &doomed {
+        self.detach_segments_before(segment).remove()
+    }
+
+    /// Forgets every sealed segment numbered below `segment` (never the one
+    /// being appended to), leaving their files for [`Detached::remove`]:
+    /// unlinking a segment of 64 MiB and syncing the directory takes tens of
+    /// milliseconds, which need not hold the log. The caller has made sure
+    /// no live record is in them; until they are removed, a reopen replays
+    /// them again, which is harmless.
+    pub fn detach_segments_before(&mut self, segment: u64) -> Detached {
+        let numbers: Vec<u64> = self.sealed.range(..segment).map(|(&n, _)| n).collect();
+        for number in &numbers {
             self.sealed.remove(number);
-            let path = segment_path(&self.dir, *number);
-            fs::remove_file(&path).map_err(io_error("remove", &path))?;
-            // Each removal durable before the next: a crash must leave a
-            // prefix removed, never an older segment back (with sends whose
-            // deletes were in a younger one that stayed removed).
-            sync_dir(&self.dir)?;
         }
-        Ok(doomed.len())
+        Detached {
+            dir: self.dir.clone(),
+            numbers,
+        }
     }
 
     /// Bytes in the segment being appended to.

@@ -556,13 +556,17 @@ impl StandardQueues {
         Ok(outcome)
     }
 
-    /// Reclaims segments (see [`compaction`]); the copies
-    /// it made are fsync'd before it returns.
+    /// Reclaims segments (see [`compaction`]); the copies it made are
+    /// fsync'd before it returns, and the segments it freed unlinked once
+    /// the locks are released.
     pub fn compact(&self, policy: CompactionPolicy) -> Result<CompactionReport, QueuesError> {
         let mut ledger = self.ledger();
-        let (report, _) = self
+        let ((report, detached), _) = self
             .commit
-            .with_log(|log| compaction::compact(log, &mut ledger, policy))?;
+            .with_log(|log| compaction::compact_detaching(log, &mut ledger, policy))?;
+        drop(ledger);
+        // Unlinked with no lock held: each takes tens of milliseconds.
+        detached.remove()?;
         Ok(report)
     }
 
