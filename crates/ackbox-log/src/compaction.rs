@@ -86,7 +86,13 @@ pub fn compact_detaching(
         if share > policy.max_live_share || report.copied + live > policy.max_copies {
             return Ok((report, detached));
         }
-        let messages = ledger.live_before(oldest_live + 1);
+        let floor = log.seq_floor_of(oldest_live + 1).unwrap_or(u64::MAX);
+        let mut messages = ledger.live_before(oldest_live + 1, floor);
+        if (messages.len() as u64) < live {
+            // A floor that does not bound them (a header rewritten after a
+            // torn creation): walk everything rather than copy too little.
+            messages = ledger.live_before(oldest_live + 1, u64::MAX);
+        }
         let positions: Vec<_> = messages
             .iter()
             .map(|(_, _, state)| state.position)

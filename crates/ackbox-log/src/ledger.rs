@@ -515,15 +515,18 @@ impl Ledger {
 
     /// Live messages whose send is in a segment below `segment`: the ones
     /// compaction copies forward (as [`Record::Sent`] with their current
-    /// state) before removing those segments.
-    pub fn live_before(&self, segment: u64) -> Vec<(u64, u64, MessageState)> {
+    /// state) before removing those segments. Only messages numbered below
+    /// `below_seq` are looked at: `segment`'s sequence floor bounds them
+    /// (see [`Log::seq_floor_of`](crate::log::Log::seq_floor_of)), so a deep
+    /// backlog in later segments is not walked.
+    pub fn live_before(&self, segment: u64, below_seq: u64) -> Vec<(u64, u64, MessageState)> {
         let mut live: Vec<(u64, u64, MessageState)> = self
             .queues
             .iter()
             .flat_map(|(&queue, ledger)| {
                 ledger
                     .messages
-                    .iter()
+                    .range(..below_seq)
                     .filter(|(_, state)| u64::from(state.position.segment) < segment)
                     .map(move |(&seq, &state)| (queue, seq, state))
             })
@@ -619,7 +622,7 @@ mod tests {
         ledger.apply(&sent(1, 2, 0), at(2, 0));
         ledger.apply(&lease(1, 1, 50, 3), at(2, 1));
         assert_eq!(ledger.oldest_live_segment(), Some(1));
-        let (queue, seq, state) = ledger.live_before(2)[0];
+        let (queue, seq, state) = ledger.live_before(2, u64::MAX)[0];
         assert_eq!((queue, seq, state.receive_count), (1, 1, 3));
         let Record::Sent(mut copy) = sent(1, 1, 0) else {
             unreachable!()

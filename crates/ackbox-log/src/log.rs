@@ -191,6 +191,9 @@ pub struct Log {
     dir: PathBuf,
     options: LogOptions,
     sealed: BTreeMap<u64, File>,
+    /// Each segment's sequence floor (from its header): no message numbered
+    /// at or above a segment's floor is in an older segment.
+    floors: BTreeMap<u64, u64>,
     active: File,
     active_segment: u64,
     active_len: u64,
@@ -234,6 +237,7 @@ impl Log {
             return Ok((log, recovery));
         };
         let mut sealed = BTreeMap::new();
+        let mut floors = BTreeMap::new();
         let mut active_len = SEGMENT_HEADER_BYTES;
         for &number in &numbers {
             let path = segment_path(dir, number);
@@ -260,6 +264,7 @@ impl Log {
                 }
             };
             recovery.seq_floor = recovery.seq_floor.max(seq_floor);
+            floors.insert(number, seq_floor);
             let mut offset = SEGMENT_HEADER_BYTES as usize;
             loop {
                 match next_frame(&bytes[offset..]) {
@@ -321,6 +326,7 @@ impl Log {
             dir: dir.to_owned(),
             options,
             sealed,
+            floors,
             active,
             active_segment: newest,
             active_len,
@@ -341,6 +347,7 @@ impl Log {
             dir: dir.to_owned(),
             options,
             sealed: BTreeMap::new(),
+            floors: BTreeMap::from([(number, seq_floor)]),
             active,
             active_segment: number,
             active_len: SEGMENT_HEADER_BYTES,
@@ -418,6 +425,7 @@ impl Log {
         };
         let sealed = std::mem::replace(&mut self.active, active);
         self.sealed.insert(self.active_segment, sealed);
+        self.floors.insert(next, seq_floor);
         self.active_segment = next;
         self.active_len = SEGMENT_HEADER_BYTES;
         Ok(())
@@ -510,11 +518,17 @@ impl Log {
         let numbers: Vec<u64> = self.sealed.range(..segment).map(|(&n, _)| n).collect();
         for number in &numbers {
             self.sealed.remove(number);
+            self.floors.remove(number);
         }
         Detached {
             dir: self.dir.clone(),
             numbers,
         }
+    }
+
+    /// The sequence floor `segment`'s header records.
+    pub fn seq_floor_of(&self, segment: u64) -> Option<u64> {
+        self.floors.get(&segment).copied()
     }
 
     /// Bytes in the segment being appended to.
