@@ -13,21 +13,43 @@ pub const FRAME_HEADER_BYTES: usize = 8;
 /// reading it as one would make a torn length allocate gigabytes.
 pub const MAX_PAYLOAD_BYTES: usize = 4 << 20;
 
+/// What can be written as a frame's payload: encoded straight into the
+/// frame's buffer, so a record costs no buffer of its own and no copy.
+pub trait Payload {
+    /// Appends the payload's bytes to `out`.
+    fn encode_into(&self, out: &mut Vec<u8>);
+}
+
+impl Payload for [u8] {
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(self);
+    }
+}
+
+impl<T: Payload + ?Sized> Payload for &T {
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        (**self).encode_into(out);
+    }
+}
+
 /// Appends `payload` to `out` as one frame.
 ///
 /// # Panics
 /// When `payload` is longer than [`MAX_PAYLOAD_BYTES`]: callers bound what
 /// they log, so a longer one is a bug, not input.
-pub fn encode_frame(out: &mut Vec<u8>, payload: &[u8]) {
+pub fn encode_frame(out: &mut Vec<u8>, payload: &(impl Payload + ?Sized)) {
+    let start = out.len();
+    out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
+    payload.encode_into(out);
+    let (header, encoded) = out[start..].split_at_mut(FRAME_HEADER_BYTES);
     assert!(
-        payload.len() <= MAX_PAYLOAD_BYTES,
+        encoded.len() <= MAX_PAYLOAD_BYTES,
         "a log payload of {} bytes exceeds the {MAX_PAYLOAD_BYTES}-byte frame limit",
-        payload.len()
+        encoded.len()
     );
-    let length = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    out.extend_from_slice(&length.to_le_bytes());
-    out.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-    out.extend_from_slice(payload);
+    let length = u32::try_from(encoded.len()).unwrap_or(u32::MAX);
+    header[..4].copy_from_slice(&length.to_le_bytes());
+    header[4..].copy_from_slice(&crc32fast::hash(encoded).to_le_bytes());
 }
 
 /// What [`next_frame`] found at an offset.

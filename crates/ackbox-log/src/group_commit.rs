@@ -20,6 +20,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::frame::Payload;
 use crate::log::{Log, LogError, LogPosition};
 
 /// Why records were not made durable. Every waiter of a failed sync gets the
@@ -173,9 +174,9 @@ impl GroupCommit {
 
     /// Appends `payloads` as one write and returns where each went and the
     /// LSN they end at; durable once [`GroupCommit::when_durable`] says so.
-    pub fn append<'a>(
+    pub fn append<P: Payload>(
         &self,
-        payloads: impl IntoIterator<Item = &'a [u8]>,
+        payloads: impl IntoIterator<Item = P>,
         seq_floor: u64,
     ) -> Result<(Vec<LogPosition>, Lsn), CommitError> {
         self.with_log(|log| log.append(payloads, seq_floor))

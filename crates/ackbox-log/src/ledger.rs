@@ -195,8 +195,7 @@ impl Ledger {
         log: &mut Log,
         records: &[Record],
     ) -> Result<Vec<LogPosition>, LogError> {
-        let payloads: Vec<Vec<u8>> = records.iter().map(Record::to_bytes).collect();
-        let positions = log.append(payloads.iter().map(Vec::as_slice), self.next_seq)?;
+        let positions = log.append(records, self.next_seq)?;
         for (record, position) in records.iter().zip(&positions) {
             self.apply(record, *position);
         }

@@ -19,7 +19,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::frame::{FrameRead, InvalidFrame, encode_frame, next_frame};
+use crate::frame::{FrameRead, InvalidFrame, Payload, encode_frame, next_frame};
 
 const MAGIC: &[u8; 8] = b"ACKBXLOG";
 const FORMAT_VERSION: u32 = 1;
@@ -362,9 +362,9 @@ impl Log {
     /// `seq_floor` is the next sequence number the caller would hand out: a
     /// segment begun by this append records it, so that numbers are never
     /// reused once the segments naming them are gone.
-    pub fn append<'a>(
+    pub fn append<P: Payload>(
         &mut self,
-        payloads: impl IntoIterator<Item = &'a [u8]>,
+        payloads: impl IntoIterator<Item = P>,
         seq_floor: u64,
     ) -> Result<Vec<LogPosition>, LogError> {
         self.check_poisoned()?;
@@ -372,7 +372,7 @@ impl Log {
         let mut frames = Vec::new();
         for payload in payloads {
             let start = self.frames.len();
-            encode_frame(&mut self.frames, payload);
+            encode_frame(&mut self.frames, &payload);
             frames.push((start, self.frames.len() - start));
         }
         let size = self.frames.len() as u64;

@@ -278,10 +278,7 @@ impl StandardQueues {
         if records.is_empty() {
             return Ok(0);
         }
-        let payloads: Vec<Vec<u8>> = records.iter().map(Record::to_bytes).collect();
-        let (positions, lsn) = self
-            .commit
-            .append(payloads.iter().map(Vec::as_slice), ledger.next_seq())?;
+        let (positions, lsn) = self.commit.append(records, ledger.next_seq())?;
         for (record, position) in records.iter().zip(positions) {
             ledger.apply(record, position);
         }

@@ -10,6 +10,8 @@
 //! one tag byte first; an unknown tag or a short field is an error, never a
 //! guess.
 
+use crate::frame::Payload;
+
 /// What a sender gave: the message itself, never changed after the send.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Content {
@@ -330,6 +332,12 @@ impl Record {
             0 => Ok(record),
             left => Err(DecodeError::Trailing(left)),
         }
+    }
+}
+
+impl Payload for Record {
+    fn encode_into(&self, out: &mut Vec<u8>) {
+        self.encode(out);
     }
 }
 

@@ -141,7 +141,7 @@ fn a_tail_torn_anywhere_is_cut_at_the_last_whole_record_and_the_log_goes_on() {
     // What a crash mid-write can leave: the next two records cut at every byte.
     let mut torn_records = Vec::new();
     for seq in [4, 5] {
-        ackbox_log::frame::encode_frame(&mut torn_records, &sent(seq, "lost").to_bytes());
+        ackbox_log::frame::encode_frame(&mut torn_records, &sent(seq, "lost"));
     }
     for cut in 1..torn_records.len() {
         let mut bytes = durable.clone();
@@ -532,7 +532,7 @@ fn a_dead_letter_move_cut_anywhere_leaves_the_message_in_exactly_one_queue() {
         from_seq: seq,
         to: moved,
     };
-    ackbox_log::frame::encode_frame(&mut frame, &record.to_bytes());
+    ackbox_log::frame::encode_frame(&mut frame, &record);
     for cut in 0..=frame.len() {
         let mut bytes = durable.clone();
         bytes.extend_from_slice(&frame[..cut]);
