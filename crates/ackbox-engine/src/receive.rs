@@ -129,37 +129,43 @@ impl MessageView {
             .deduplication_id
             .is_some()
             .then(|| sequence_number(message.seq));
-        let system: [(&str, Option<String>); 15] = [
-            ("SenderId", Some(message.sender_id)),
-            ("SentTimestamp", Some(timestamp(message.sent_at))),
-            (
-                "ApproximateReceiveCount",
-                Some(message.receive_count.to_string()),
-            ),
-            (
-                "ApproximateFirstReceiveTimestamp",
-                message.first_received_at.map(timestamp),
-            ),
-            ("MessageGroupId", message.group_id),
-            ("SequenceNumber", fifo_sequence),
-            ("MessageDeduplicationId", message.deduplication_id),
-            ("DeadLetterQueueSourceArn", message.dead_letter_source_arn),
-            (TRACE_HEADER_ATTRIBUTE, message.trace_header),
-            (FAILURE_COUNT, failed.then(|| failures.count.to_string())),
-            (FAILURE_CLASS, failures.last_class),
-            (FAILURE_MESSAGE, failures.last_message),
-            (FIRST_FAILURE_TIMESTAMP, failures.first_at.map(timestamp)),
-            (LAST_FAILURE_TIMESTAMP, failures.last_at.map(timestamp)),
-            (
-                LAST_RECEIVE_TIMESTAMP,
-                message.last_received_at.map(timestamp),
-            ),
-        ];
-        let attributes = system
-            .into_iter()
-            .filter(|(name, _)| request.wants_system(name))
-            .filter_map(|(name, value)| value.map(|value| (name.to_owned(), value)))
-            .collect();
+        // Most receives ask for no system attribute: formatting each one's
+        // value first would cost an allocation apiece for nothing.
+        let attributes = if request.system_attribute_names.is_empty() {
+            BTreeMap::new()
+        } else {
+            let system: [(&str, Option<String>); 15] = [
+                ("SenderId", Some(message.sender_id)),
+                ("SentTimestamp", Some(timestamp(message.sent_at))),
+                (
+                    "ApproximateReceiveCount",
+                    Some(message.receive_count.to_string()),
+                ),
+                (
+                    "ApproximateFirstReceiveTimestamp",
+                    message.first_received_at.map(timestamp),
+                ),
+                ("MessageGroupId", message.group_id),
+                ("SequenceNumber", fifo_sequence),
+                ("MessageDeduplicationId", message.deduplication_id),
+                ("DeadLetterQueueSourceArn", message.dead_letter_source_arn),
+                (TRACE_HEADER_ATTRIBUTE, message.trace_header),
+                (FAILURE_COUNT, failed.then(|| failures.count.to_string())),
+                (FAILURE_CLASS, failures.last_class),
+                (FAILURE_MESSAGE, failures.last_message),
+                (FIRST_FAILURE_TIMESTAMP, failures.first_at.map(timestamp)),
+                (LAST_FAILURE_TIMESTAMP, failures.last_at.map(timestamp)),
+                (
+                    LAST_RECEIVE_TIMESTAMP,
+                    message.last_received_at.map(timestamp),
+                ),
+            ];
+            system
+                .into_iter()
+                .filter(|(name, _)| request.wants_system(name))
+                .filter_map(|(name, value)| value.map(|value| (name.to_owned(), value)))
+                .collect()
+        };
         Self {
             message_id: message.message_id,
             body: message.body,
