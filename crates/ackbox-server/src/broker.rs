@@ -190,10 +190,15 @@ impl RunningBroker {
             None => {
                 let key = load_or_create_receipt_key(&config.data_dir).map_err(store_error)?;
                 let store: Arc<dyn Store> = match config.embedded {
-                    EmbeddedStore::Sqlite => Arc::new(
-                        SqliteStore::open(&config.data_dir, config.durability)
-                            .map_err(store_error)?,
-                    ),
+                    EmbeddedStore::Sqlite => {
+                        LogStore::ensure_no_messages_left(&config.data_dir)
+                            .await
+                            .map_err(store_error)?;
+                        Arc::new(
+                            SqliteStore::open(&config.data_dir, config.durability)
+                                .map_err(store_error)?,
+                        )
+                    }
                     EmbeddedStore::Log => Arc::new(
                         LogStore::open(&config.data_dir, config.durability)
                             .await

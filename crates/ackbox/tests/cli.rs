@@ -181,6 +181,43 @@ fn serve_refuses_bad_flags() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("12 digits"));
 }
 
+/// Serving a data directory with the other embedded store would hide the
+/// messages the first one wrote: `serve` refuses, naming the store to use,
+/// and the right store still delivers them.
+#[test]
+fn serve_refuses_a_data_dir_whose_messages_another_store_wrote() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, &["--store", "log"]);
+    ok_stdout(ackbox(&server.url(), &["queue", "create", "switched"]));
+    ok_stdout(ackbox(&server.url(), &["send", "switched", "kept"]));
+    drop(server);
+
+    let output = Command::new(BINARY)
+        .args(["serve", "--port", "0", "--data-dir"])
+        .arg(data_dir.path())
+        .env("ACKBOX_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        !output.status.success(),
+        "serve started on the log's messages"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("1 standard-queue message(s) written by `--store log`"),
+        "{stderr}"
+    );
+
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, &["--store", "log"]);
+    let received: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &server.url(),
+        &["receive", "switched", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(received["Messages"][0]["Body"], "kept");
+}
+
 /// `ackbox_worker_threads` from the server's `/metrics`.
 async fn worker_threads(server: &ServerProcess) -> usize {
     let reply = ackbox_testkit::client::call_raw(&server.url(), "GET", "/metrics", &[], b"").await;

@@ -78,6 +78,14 @@ impl LogStore {
     /// into its ledger and starts the log's flusher and compaction threads.
     pub async fn open(data_dir: &Path, durability: Durability) -> Result<Self, StoreError> {
         let sqlite = SqliteStore::open(data_dir, durability)?;
+        let in_sqlite = sqlite.standard_message_count().await?;
+        if in_sqlite > 0 {
+            return Err(StoreError::WrittenByOtherStore {
+                data_dir: data_dir.display().to_string(),
+                messages: in_sqlite,
+                written_by: "sqlite",
+            });
+        }
         let log_dir = data_dir.join(LOG_DIR);
         let commit_options = match durability {
             Durability::Fsync => GroupCommitOptions::default(),
@@ -114,6 +122,37 @@ impl LogStore {
             kinds: RwLock::new(kinds),
             wait_for_sync: matches!(durability, Durability::Fsync),
         })
+    }
+
+    /// Refuses a data directory whose log still holds messages, before the
+    /// SQLite store is opened there alone (`--store sqlite`): it would not
+    /// see them. Opening the log replays it, as the log store's start does.
+    pub async fn ensure_no_messages_left(data_dir: &Path) -> Result<(), StoreError> {
+        let log_dir = data_dir.join(LOG_DIR);
+        if !log_dir.exists() {
+            return Ok(());
+        }
+        let left = tokio::task::spawn_blocking(move || {
+            StandardQueues::open(
+                &log_dir,
+                LogOptions::default(),
+                GroupCommitOptions::default(),
+            )
+            .map(|(queues, _)| queues.inspect(|ledger| ledger.len()))
+        })
+        .await
+        .map_err(|_| StoreError::Unavailable {
+            reason: "reading the log was cancelled",
+        })?
+        .map_err(log_error("open"))?;
+        if left > 0 {
+            return Err(StoreError::WrittenByOtherStore {
+                data_dir: data_dir.display().to_string(),
+                messages: left as u64,
+                written_by: "log",
+            });
+        }
+        Ok(())
     }
 
     fn kinds(&self) -> std::sync::RwLockReadGuard<'_, HashMap<i64, Kind>> {

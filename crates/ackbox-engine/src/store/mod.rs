@@ -70,6 +70,21 @@ pub enum StoreError {
         /// The queue's store id.
         queue_id: i64,
     },
+    /// The data directory holds standard-queue messages that another
+    /// embedded store wrote and this one cannot see: serving it would hide
+    /// them (and their queues would look empty).
+    #[error(
+        "{data_dir} holds {messages} standard-queue message(s) written by `--store {written_by}`, \
+         which this store cannot see; serve it with `--store {written_by}` (or drain those queues there first)"
+    )]
+    WrittenByOtherStore {
+        /// The data directory.
+        data_dir: String,
+        /// How many messages the other store holds there.
+        messages: u64,
+        /// The `--store` that wrote them.
+        written_by: &'static str,
+    },
     /// The store's files could not be opened or synced.
     #[error("store I/O on {path} failed")]
     Io {

@@ -24,7 +24,7 @@ pub struct Fixture {
     pub _guard: Box<dyn Any + Send>,
 }
 
-const T0: i64 = 1_700_000_000_000;
+pub(crate) const T0: i64 = 1_700_000_000_000;
 
 fn attributes() -> BTreeMap<String, String> {
     [("VisibilityTimeout".to_owned(), "30".to_owned())]
@@ -32,7 +32,7 @@ fn attributes() -> BTreeMap<String, String> {
         .collect()
 }
 
-async fn create(store: &dyn Store, name: &str, now: i64) -> i64 {
+pub(crate) async fn create(store: &dyn Store, name: &str, now: i64) -> i64 {
     let outcome = store
         .queue_create(QueueCreateParams {
             name: name.to_owned(),
@@ -64,7 +64,7 @@ fn task_params(handle: &str, dlq: i64, destination_arn: Option<&str>) -> MoveTas
     }
 }
 
-fn message(body: &str, sent_at: i64, visible_at: i64) -> NewMessage {
+pub(crate) fn message(body: &str, sent_at: i64, visible_at: i64) -> NewMessage {
     NewMessage {
         message_id: format!("id-{body}"),
         body: body.to_owned(),
@@ -83,7 +83,11 @@ fn message(body: &str, sent_at: i64, visible_at: i64) -> NewMessage {
 /// The dedup window the suite's FIFO sends use: five minutes before `now`.
 const DEDUP_WINDOW_MS: i64 = 300_000;
 
-async fn insert(store: &dyn Store, queue_id: i64, messages: Vec<NewMessage>) -> Vec<i64> {
+pub(crate) async fn insert(
+    store: &dyn Store,
+    queue_id: i64,
+    messages: Vec<NewMessage>,
+) -> Vec<i64> {
     insert_at(store, queue_id, messages, T0)
         .await
         .into_iter()

@@ -175,6 +175,24 @@ impl SqliteStore {
         })
     }
 
+    /// How many messages standard queues hold here: the log store keeps
+    /// those in its log, so it must not open a directory where SQLite holds
+    /// some.
+    pub(crate) async fn standard_message_count(&self) -> Result<u64, StoreError> {
+        self.read(|connection| {
+            connection
+                .query_row(
+                    "SELECT COUNT(*) FROM messages m JOIN queues q ON q.id = m.queue_id \
+                     WHERE q.fifo = 0",
+                    [],
+                    |row| row.get::<_, i64>(0),
+                )
+                .map(|count| u64::try_from(count).unwrap_or_default())
+                .map_err(database_error("standard_message_count"))
+        })
+        .await
+    }
+
     /// Every queue's id and whether it is FIFO.
     pub(crate) async fn queue_kinds(&self) -> Result<Vec<(i64, bool)>, StoreError> {
         self.read(|connection| {
