@@ -73,6 +73,14 @@ fn states(ledger: &Ledger, seqs: impl IntoIterator<Item = u64>) -> Vec<Option<(i
         .collect()
 }
 
+/// Compaction told to copy however much of a segment is live.
+fn copy_anything() -> CompactionPolicy {
+    CompactionPolicy {
+        max_live_share: 1.0,
+        ..CompactionPolicy::default()
+    }
+}
+
 fn segment_files(dir: &Path) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = fs::read_dir(dir)
         .expect("the log directory")
@@ -223,12 +231,7 @@ fn compaction_copies_live_messages_forward_and_sequence_numbers_never_repeat() {
         .collect();
     append(&mut log, &mut ledger, &deletes);
 
-    // Compaction, told to copy however much of a segment is live.
-    let copy_anything = CompactionPolicy {
-        max_live_share: 1.0,
-        ..CompactionPolicy::default()
-    };
-    let report = compact(&mut log, &mut ledger, copy_anything).expect("a compaction");
+    let report = compact(&mut log, &mut ledger, copy_anything()).expect("a compaction");
     // A segment per send (a send fills one), one for both leases, one for
     // the deletes: everything before the copies' segments.
     assert_eq!(
@@ -590,11 +593,7 @@ fn a_purge_left_to_the_sweep_survives_compaction_copying_what_it_covers() {
     append(&mut log, &mut ledger, &later);
     // Copy everything live forward: the segments holding the sends and the
     // purge's record go.
-    let everything = CompactionPolicy {
-        max_live_share: 1.0,
-        ..CompactionPolicy::default()
-    };
-    let report = compact(&mut log, &mut ledger, everything).expect("a compaction");
+    let report = compact(&mut log, &mut ledger, copy_anything()).expect("a compaction");
     assert_eq!(report.copied, 12);
     assert!(report.removed > 0, "{report:?}");
     drop(log);

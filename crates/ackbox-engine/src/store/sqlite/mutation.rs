@@ -1256,7 +1256,7 @@ pub(crate) fn move_task_position(
                 })
                 .optional()
         })
-        .map_err(database_error("move_task_step: task"))?;
+        .map_err(database_error("move_task_position"))?;
     let Some((until_seq, cursor, relapse_base_moved, relapse_base_count, status)) = position else {
         return Ok(None);
     };
