@@ -27,6 +27,7 @@ use std::time::Duration;
 use ackbox_core::clock::Timestamp;
 use ackbox_log::compaction::CompactionPolicy;
 use ackbox_log::group_commit::{GroupCommitOptions, Lsn};
+use ackbox_log::ledger::Ledger;
 use ackbox_log::log::LogOptions;
 use ackbox_log::queues::{
     DeadLetter, Deleted, MoveChoice, Nack, NackOutcome as LogNack, Outgoing, QueuesError,
@@ -91,17 +92,13 @@ impl LogStore {
             Durability::Fsync => GroupCommitOptions::default(),
             Durability::Relaxed { sync_interval } => GroupCommitOptions { sync_interval },
         };
-        let opened = {
+        let (queues, recovery) = {
             let log_dir = log_dir.clone();
-            tokio::task::spawn_blocking(move || {
+            off_the_runtime(move || {
                 StandardQueues::open(&log_dir, LogOptions::default(), commit_options)
             })
-            .await
-            .map_err(|_| StoreError::Unavailable {
-                reason: "opening the log was cancelled",
-            })?
+            .await?
         };
-        let (queues, recovery) = opened.map_err(log_error("open"))?;
         tracing::info!(
             dir = %log_dir.display(),
             messages = queues.inspect(|ledger| ledger.len()),
@@ -126,25 +123,19 @@ impl LogStore {
 
     /// Refuses a data directory whose log still holds messages, before the
     /// SQLite store is opened there alone (`--store sqlite`): it would not
-    /// see them. Opening the log replays it, as the log store's start does.
+    /// see them. The ledger is rebuilt from the log as the log store's start
+    /// rebuilds it, without a flusher: nothing is appended.
     pub async fn ensure_no_messages_left(data_dir: &Path) -> Result<(), StoreError> {
         let log_dir = data_dir.join(LOG_DIR);
         if !log_dir.exists() {
             return Ok(());
         }
-        let left = tokio::task::spawn_blocking(move || {
-            StandardQueues::open(
-                &log_dir,
-                LogOptions::default(),
-                GroupCommitOptions::default(),
-            )
-            .map(|(queues, _)| queues.inspect(|ledger| ledger.len()))
+        let left = off_the_runtime(move || {
+            Ledger::recover(&log_dir, LogOptions::default())
+                .map(|(_, ledger, _)| ledger.len())
+                .map_err(QueuesError::from)
         })
-        .await
-        .map_err(|_| StoreError::Unavailable {
-            reason: "reading the log was cancelled",
-        })?
-        .map_err(log_error("open"))?;
+        .await?;
         if left > 0 {
             return Err(StoreError::WrittenByOtherStore {
                 data_dir: data_dir.display().to_string(),
@@ -368,6 +359,19 @@ fn log_seq(seq: i64) -> u64 {
 
 fn store_seq(seq: u64) -> i64 {
     i64::try_from(seq).unwrap_or(i64::MAX)
+}
+
+/// Opens or replays the log on a blocking thread: recovery reads every
+/// segment.
+async fn off_the_runtime<T: Send + 'static>(
+    open: impl FnOnce() -> Result<T, QueuesError> + Send + 'static,
+) -> Result<T, StoreError> {
+    tokio::task::spawn_blocking(open)
+        .await
+        .map_err(|_| StoreError::Unavailable {
+            reason: "opening the log was cancelled",
+        })?
+        .map_err(log_error("open"))
 }
 
 fn log_error(operation: &'static str) -> impl Fn(QueuesError) -> StoreError {
