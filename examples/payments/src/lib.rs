@@ -365,16 +365,20 @@ impl AppDb for SqliteApp {
 
 app_sql!(SqliteApp, Sqlite);
 
+/// The prefix of the schemas [`PostgresApp`] creates, each followed by the
+/// process id and a random number.
+pub const POSTGRES_SCHEMA_PREFIX: &str = "payments_example_";
+
 /// PostgreSQL: everything in one fresh schema of the given database.
 pub struct PostgresApp {
     pool: sqlx::PgPool,
 }
 
 impl PostgresApp {
-    /// A fresh schema in the database at `url`.
-    pub async fn open(url: &str) -> anyhow::Result<Self> {
+    /// A fresh schema in the database at `url`, and its name.
+    pub async fn open(url: &str) -> anyhow::Result<(Self, String)> {
         let schema = format!(
-            "payments_example_{}_{}",
+            "{POSTGRES_SCHEMA_PREFIX}{}_{}",
             std::process::id(),
             rand::random::<u32>()
         );
@@ -385,10 +389,11 @@ impl PostgresApp {
             .execute(&admin)
             .await?;
         admin.close().await;
+        let search_path = format!("SET search_path TO {schema}");
         let pool = sqlx::postgres::PgPoolOptions::new()
             .max_connections(24)
             .after_connect(move |connection, _| {
-                let statement = format!("SET search_path TO {schema}");
+                let statement = search_path.clone();
                 Box::pin(async move {
                     sqlx::query(sqlx::AssertSqlSafe(statement))
                         .execute(connection)
@@ -398,7 +403,22 @@ impl PostgresApp {
             })
             .connect(url)
             .await?;
-        Ok(Self { pool })
+        Ok((Self { pool }, schema))
+    }
+
+    /// Drops a schema [`PostgresApp::open`] made, and everything in it.
+    pub async fn drop_schema(url: &str, schema: &str) -> anyhow::Result<()> {
+        let admin = sqlx::PgPool::connect(url)
+            .await
+            .context("connecting to PostgreSQL")?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS {schema} CASCADE"
+        )))
+        .execute(&admin)
+        .await
+        .with_context(|| format!("dropping the example's schema {schema}"))?;
+        admin.close().await;
+        Ok(())
     }
 }
 
@@ -592,7 +612,17 @@ fn flaky_consumer<A: AppDb>(
 /// Runs the example with SQLite or PostgreSQL, as `config` says.
 pub async fn run(config: Config) -> anyhow::Result<Report> {
     match &config.postgres {
-        Some(url) => run_on(PostgresApp::open(url).await?, config).await,
+        Some(url) => {
+            let (app, schema) = PostgresApp::open(url).await?;
+            let url = url.clone();
+            // The run's tables are its own: a run leaves the database as it
+            // found it, whatever the outcome.
+            let report = run_on(app, config).await;
+            let dropped = PostgresApp::drop_schema(&url, &schema).await;
+            let report = report?;
+            dropped?;
+            Ok(report)
+        }
         None => run_on(SqliteApp::open().await?, config).await,
     }
 }

@@ -11,7 +11,8 @@ struct Args {
     /// Orders to place.
     #[arg(long, default_value_t = 200)]
     orders: u64,
-    /// Use this PostgreSQL database (a fresh schema in it) instead of SQLite.
+    /// Use this PostgreSQL database (a fresh schema in it, dropped when the
+    /// run ends) instead of SQLite.
     #[arg(long)]
     postgres: Option<String>,
     /// Run without injected faults.

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use ackbox_example_payments::{Config, run};
+use ackbox_example_payments::{Config, POSTGRES_SCHEMA_PREFIX, run};
 
 fn config(postgres: Option<String>) -> Config {
     Config {
@@ -34,7 +34,20 @@ async fn under_injected_faults_every_order_is_charged_exactly_once_on_postgres()
         eprintln!("skipped: ACKBOX_TEST_POSTGRES_URL is not set");
         return;
     };
-    let report = run(config(Some(url))).await.unwrap();
+    let report = run(config(Some(url.clone()))).await.unwrap();
     println!("{report}");
     assert!(report.passed(), "{report}");
+    // The run dropped the schema it made.
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    let left: Vec<String> = sqlx::query_scalar(
+        "SELECT schema_name::text FROM information_schema.schemata WHERE schema_name LIKE $1",
+    )
+    .bind(format!(
+        "{POSTGRES_SCHEMA_PREFIX}{}\\_%",
+        std::process::id()
+    ))
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(left, Vec::<String>::new(), "schemas the run left behind");
 }
