@@ -89,13 +89,16 @@ struct QueueLedger {
 }
 
 impl QueueLedger {
+    /// Adds the message, replacing the one numbered `seq` unless the caller
+    /// knows there can be none (`fresh`).
     fn insert(
         &mut self,
         seq: u64,
         state: MessageState,
         message: &SentMessage,
+        fresh: bool,
     ) -> Option<MessageState> {
-        let replaced = self.remove(seq);
+        let replaced = if fresh { None } else { self.remove(seq) };
         if let Some(failures) = &message.failures {
             self.failures.insert(seq, failures.clone());
         }
@@ -137,6 +140,10 @@ impl QueueLedger {
 pub struct Ledger {
     queues: HashMap<u64, QueueLedger>,
     next_seq: u64,
+    /// The highest sequence number inserted so far: a message numbered
+    /// above it is in no queue yet, so a send need not look for what it
+    /// would replace (most inserts are sends in the order numbered).
+    highest_inserted: u64,
     /// Live messages whose latest `Sent` is in each segment: a prefix of
     /// segments with none can be removed.
     live_per_segment: BTreeMap<u64, u64>,
@@ -269,6 +276,8 @@ impl Ledger {
     /// `position`; a copy replaces what the ledger had.
     fn insert(&mut self, message: &SentMessage, position: LogPosition) {
         self.next_seq = self.next_seq.max(message.seq + 1);
+        let fresh = message.seq > self.highest_inserted;
+        self.highest_inserted = self.highest_inserted.max(message.seq);
         let state = MessageState {
             position,
             sent_at: message.sent_at,
@@ -277,11 +286,12 @@ impl Ledger {
             first_received_at: message.first_received_at.unwrap_or(NEVER),
             last_received_at: message.last_received_at.unwrap_or(NEVER),
         };
-        let replaced =
-            self.queues
-                .entry(message.queue)
-                .or_default()
-                .insert(message.seq, state, message);
+        let replaced = self.queues.entry(message.queue).or_default().insert(
+            message.seq,
+            state,
+            message,
+            fresh,
+        );
         if let Some(replaced) = replaced {
             self.forget_live(u64::from(replaced.position.segment));
         }
