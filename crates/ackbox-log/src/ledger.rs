@@ -89,16 +89,8 @@ struct QueueLedger {
 }
 
 impl QueueLedger {
-    /// Adds the message, replacing the one numbered `seq` unless the caller
-    /// knows there can be none (`fresh`).
-    fn insert(
-        &mut self,
-        seq: u64,
-        state: MessageState,
-        message: &SentMessage,
-        fresh: bool,
-    ) -> Option<MessageState> {
-        let replaced = if fresh { None } else { self.remove(seq) };
+    /// Adds a message numbered `seq`, which the queue must not hold.
+    fn insert(&mut self, seq: u64, state: MessageState, message: &SentMessage) {
         if let Some(failures) = &message.failures {
             self.failures.insert(seq, failures.clone());
         }
@@ -109,7 +101,6 @@ impl QueueLedger {
             .insert((state.visible_at, state.receive_count, seq));
         self.by_age.insert((state.sent_at, seq));
         self.messages.insert(seq, state);
-        replaced
     }
 
     fn remove(&mut self, seq: u64) -> Option<MessageState> {
@@ -286,12 +277,13 @@ impl Ledger {
             first_received_at: message.first_received_at.unwrap_or(NEVER),
             last_received_at: message.last_received_at.unwrap_or(NEVER),
         };
-        let replaced = self.queues.entry(message.queue).or_default().insert(
-            message.seq,
-            state,
-            message,
-            fresh,
-        );
+        let queue = self.queues.entry(message.queue).or_default();
+        let replaced = if fresh {
+            None
+        } else {
+            queue.remove(message.seq)
+        };
+        queue.insert(message.seq, state, message);
         if let Some(replaced) = replaced {
             self.forget_live(u64::from(replaced.position.segment));
         }
