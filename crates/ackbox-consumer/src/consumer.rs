@@ -1,22 +1,28 @@
 //! The consumer: receive, claim, handle, commit, acknowledge — in that order.
+//!
+//! This module builds a consumer and runs its receive loop: it leases
+//! messages up to the consumer's concurrency, hands each to a task — its
+//! own, or its group's lane when groups are kept in order (`group.rs`) —
+//! and at shutdown gives back what it could not finish. What happens to one
+//! message is in `handling.rs`.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sha2::{Digest, Sha256};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tracing::{Instrument, field};
 
-use crate::error::{ConsumerError, Failure, HandlerError};
+use crate::decision::ConsumerStats;
+use crate::error::ConsumerError;
+use crate::group::{GroupOrder, Lanes, Routing};
 use crate::handler::{Handler, Plain, ResultHandler};
-use crate::inbox::{Claim, ClaimRequest, Inbox};
+use crate::held::{Held, Unsettled};
+use crate::inbox::Inbox;
 use crate::message::{Delivery, Message};
 use crate::retry::{RetryBudget, RetryPolicy};
-use crate::testing::{CrashPoint, Faults};
+use crate::telemetry::EventTypes;
+use crate::testing::Faults;
 use crate::transport::{QueueSettings, Transport};
 
 /// Most messages one receive asks for (the SQS limit).
@@ -27,111 +33,17 @@ const TTL_MARGIN: Duration = Duration::from_secs(3_600);
 const CUT_OFF_GRACE: Duration = Duration::from_secs(5);
 /// How often expired inbox records are purged.
 const PURGE_INTERVAL: Duration = Duration::from_secs(60);
+/// The default handler timeout, in leases: heartbeats keep a slow handler's
+/// lease, but a handler that hangs must not hold its message forever.
+const HANDLER_TIMEOUT_IN_LEASES: u32 = 5;
+/// The shortest default handler timeout, for queues with very short leases.
+const SHORTEST_DEFAULT_HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
+/// The message attribute metrics and logs take the event type from, unless
+/// the builder names another.
+pub const DEFAULT_EVENT_TYPE_ATTRIBUTE: &str = "event_type";
 
 /// Derives a message's effect key: what makes two deliveries the same effect.
 pub type EffectKey = Arc<dyn Fn(&Message) -> String + Send + Sync>;
-
-/// What the consumer decided about one delivery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    /// The effect committed and the message was acknowledged.
-    Applied,
-    /// The effect had been applied before; the message was acknowledged.
-    Duplicate,
-    /// The handler failed transiently; the message comes back after a backoff.
-    Failed,
-    /// The message went to the dead-letter queue with its reason.
-    Quarantined,
-    /// A simulated crash stopped the work ([`Faults`]).
-    Crashed,
-    /// The shutdown deadline cut the handler off: rolled back, given back.
-    Released,
-    /// A replayed message for a handler that is not replay-safe: acknowledged
-    /// without running it.
-    Skipped,
-}
-
-impl Decision {
-    fn as_str(self) -> &'static str {
-        match self {
-            Self::Applied => "applied",
-            Self::Duplicate => "duplicate",
-            Self::Failed => "failed",
-            Self::Quarantined => "quarantined",
-            Self::Crashed => "crashed",
-            Self::Released => "released",
-            Self::Skipped => "skipped",
-        }
-    }
-}
-
-/// Counts of decisions since the consumer was built.
-#[derive(Debug, Default)]
-pub struct ConsumerStats {
-    applied: AtomicU64,
-    duplicates: AtomicU64,
-    failed: AtomicU64,
-    quarantined: AtomicU64,
-    crashed: AtomicU64,
-    released: AtomicU64,
-    skipped: AtomicU64,
-    extensions: AtomicU64,
-}
-
-impl ConsumerStats {
-    fn count(&self, decision: Decision) {
-        let counter = match decision {
-            Decision::Applied => &self.applied,
-            Decision::Duplicate => &self.duplicates,
-            Decision::Failed => &self.failed,
-            Decision::Quarantined => &self.quarantined,
-            Decision::Crashed => &self.crashed,
-            Decision::Released => &self.released,
-            Decision::Skipped => &self.skipped,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Effects committed and acknowledged.
-    pub fn applied(&self) -> u64 {
-        self.applied.load(Ordering::Relaxed)
-    }
-
-    /// Deliveries found in the inbox and acknowledged without a handler call.
-    pub fn duplicates(&self) -> u64 {
-        self.duplicates.load(Ordering::Relaxed)
-    }
-
-    /// Transient failures sent back for a retry.
-    pub fn failed(&self) -> u64 {
-        self.failed.load(Ordering::Relaxed)
-    }
-
-    /// Messages sent to the dead-letter queue.
-    pub fn quarantined(&self) -> u64 {
-        self.quarantined.load(Ordering::Relaxed)
-    }
-
-    /// Simulated crashes.
-    pub fn crashed(&self) -> u64 {
-        self.crashed.load(Ordering::Relaxed)
-    }
-
-    /// Messages given back when the shutdown deadline cut their handler off.
-    pub fn released(&self) -> u64 {
-        self.released.load(Ordering::Relaxed)
-    }
-
-    /// Replayed messages skipped because their handler is not replay-safe.
-    pub fn skipped(&self) -> u64 {
-        self.skipped.load(Ordering::Relaxed)
-    }
-
-    /// Lease extensions made by heartbeats.
-    pub fn extensions(&self) -> u64 {
-        self.extensions.load(Ordering::Relaxed)
-    }
-}
 
 /// Builds a [`Consumer`]; `transport` and `inbox` are required.
 pub struct ConsumerBuilder<T = (), I = ()> {
@@ -152,6 +64,10 @@ struct Settings {
     shutdown_deadline: Duration,
     inbox_ttl: Option<Duration>,
     faults: Option<Arc<Faults>>,
+    group_order: GroupOrder,
+    handler_timeout: Option<Duration>,
+    without_dead_letter_queue: bool,
+    event_type_attribute: String,
 }
 
 impl<T, I> std::fmt::Debug for ConsumerBuilder<T, I> {
@@ -187,7 +103,9 @@ impl<T> ConsumerBuilder<T, ()> {
 
 impl<T, I> ConsumerBuilder<T, I> {
     /// The effect key of a message: a business key such as an order or
-    /// payment id. Without it, the message id is the key — which makes a
+    /// payment id. Without it, the key is the message's event id (the
+    /// `ackbox.event_id` attribute the outbox relay sets, the same on every
+    /// publication of one event), else its message id — which makes a
     /// message *sent* twice two effects. Never use receipt handles or
     /// receive times.
     pub fn effect_key(mut self, key: impl Fn(&Message) -> String + Send + Sync + 'static) -> Self {
@@ -195,9 +113,17 @@ impl<T, I> ConsumerBuilder<T, I> {
         self
     }
 
-    /// Messages handled at once (default 16).
+    /// Messages held at once, running or waiting behind their group
+    /// (default 16).
     pub fn concurrency(mut self, concurrency: usize) -> Self {
         self.settings.concurrency = concurrency.max(1);
+        self
+    }
+
+    /// Whether messages that share a group are handled in order (default
+    /// [`GroupOrder::Auto`]: on FIFO queues).
+    pub fn group_order(mut self, order: GroupOrder) -> Self {
+        self.settings.group_order = order;
         self
     }
 
@@ -213,9 +139,35 @@ impl<T, I> ConsumerBuilder<T, I> {
         self
     }
 
-    /// Extend the lease at half its length while a handler runs (default on).
+    /// Extend the lease at half its length while the consumer holds a
+    /// message (default on).
     pub fn heartbeat(mut self, heartbeat: bool) -> Self {
         self.settings.heartbeat = heartbeat;
+        self
+    }
+
+    /// How long one handler call may take before it is cancelled, its
+    /// transaction rolled back and the message retried as a transient
+    /// failure (`HandlerTimeout`). By default five times the queue's lease,
+    /// and at least 30 s.
+    pub fn handler_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.handler_timeout = Some(timeout);
+        self
+    }
+
+    /// Consume a queue that has no dead-letter queue. Without this, such a
+    /// consumer refuses to start: a message that fails for good would have
+    /// nowhere to go. With it, such a message is retried after the longest
+    /// backoff, again and again, and logged as an error each time.
+    pub fn without_dead_letter_queue(mut self) -> Self {
+        self.settings.without_dead_letter_queue = true;
+        self
+    }
+
+    /// The message attribute with the event type that labels this
+    /// consumer's metrics and logs (default `event_type`).
+    pub fn event_type_attribute(mut self, attribute: impl Into<String>) -> Self {
+        self.settings.event_type_attribute = attribute.into();
         self
     }
 
@@ -247,7 +199,8 @@ impl<T, I> ConsumerBuilder<T, I> {
 }
 
 impl<T: Transport, I: Inbox> ConsumerBuilder<T, I> {
-    /// The consumer.
+    /// The consumer. Refused when a setting cannot work: no name, or group
+    /// order required over a transport that does not carry groups.
     pub fn build(self) -> Result<Consumer<T, I>, ConsumerError> {
         let Settings {
             name,
@@ -260,9 +213,18 @@ impl<T: Transport, I: Inbox> ConsumerBuilder<T, I> {
             shutdown_deadline,
             inbox_ttl,
             faults,
+            group_order,
+            handler_timeout,
+            without_dead_letter_queue,
+            event_type_attribute,
         } = self.settings;
         if name.is_empty() {
             return Err(ConsumerError::Missing("a name"));
+        }
+        if group_order == GroupOrder::Required && !self.transport.carries_groups() {
+            return Err(ConsumerError::GroupsNotCarried {
+                transport: std::any::type_name::<T>(),
+            });
         }
         Ok(Consumer {
             inner: Arc::new(Shared {
@@ -270,17 +232,21 @@ impl<T: Transport, I: Inbox> ConsumerBuilder<T, I> {
                 transport: self.transport,
                 inbox: self.inbox,
                 effect_key: effect_key
-                    .unwrap_or_else(|| Arc::new(|message: &Message| message.id.clone())),
+                    .unwrap_or_else(|| Arc::new(|message: &Message| message.event_id().to_owned())),
                 retry,
                 budget,
                 heartbeat,
                 faults,
                 stats: ConsumerStats::default(),
+                event_types: EventTypes::new(event_type_attribute),
             }),
             concurrency,
             wait,
             shutdown_deadline,
             inbox_ttl,
+            group_order,
+            handler_timeout,
+            without_dead_letter_queue,
         })
     }
 }
@@ -292,6 +258,9 @@ pub struct Consumer<T, I> {
     wait: Duration,
     shutdown_deadline: Duration,
     inbox_ttl: Option<Duration>,
+    group_order: GroupOrder,
+    handler_timeout: Option<Duration>,
+    without_dead_letter_queue: bool,
 }
 
 impl<T, I> std::fmt::Debug for Consumer<T, I> {
@@ -303,39 +272,42 @@ impl<T, I> std::fmt::Debug for Consumer<T, I> {
     }
 }
 
-/// Rolls back now. Dropping a transaction only queues its rollback until the
-/// connection is used again, and until then its locks — the inbox claim among
-/// them — hold up every concurrent duplicate of the message.
-async fn roll_back<DB: sqlx::Database>(transaction: sqlx::Transaction<'static, DB>) {
-    if let Err(error) = transaction.rollback().await {
-        tracing::debug!(%error, "rollback failed; the database ends the transaction with the connection");
-    }
-}
-
 /// What one `run` gives each of its message tasks.
-struct RunContext {
+pub(crate) struct RunContext {
+    /// The queue's name, for logs.
+    pub(crate) queue: String,
     /// The queue's lease, which heartbeats renew.
-    lease: Duration,
+    pub(crate) lease: Duration,
     /// How long inbox records are kept.
-    ttl: Duration,
-    /// Committed deliveries to acknowledge.
-    acks: mpsc::UnboundedSender<Delivery>,
+    pub(crate) ttl: Duration,
+    /// How long one handler call may run.
+    pub(crate) handler_timeout: Duration,
+    /// Which messages wait in a group's lane, and which are refused.
+    pub(crate) routing: Routing,
+    /// Committed deliveries to acknowledge; read by the acker task.
+    pub(crate) acks: mpsc::UnboundedSender<Delivery>,
+    /// Deliveries held and not yet settled; read at shutdown.
+    pub(crate) unsettled: Arc<Unsettled>,
+    /// Cancelled when the run is asked to stop: lanes give back what waits
+    /// in them, and retries waiting in place go back to the broker.
+    pub(crate) shutdown: CancellationToken,
     /// Cancelled when the shutdown deadline passes: running handlers stop,
     /// roll back and give their messages back.
-    cut_off: CancellationToken,
+    pub(crate) cut_off: CancellationToken,
 }
 
 /// What every message task shares.
-struct Shared<T, I> {
-    name: String,
-    transport: T,
-    inbox: I,
-    effect_key: EffectKey,
-    retry: RetryPolicy,
-    budget: RetryBudget,
-    heartbeat: bool,
-    faults: Option<Arc<Faults>>,
-    stats: ConsumerStats,
+pub(crate) struct Shared<T, I> {
+    pub(crate) name: String,
+    pub(crate) transport: T,
+    pub(crate) inbox: I,
+    pub(crate) effect_key: EffectKey,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) budget: RetryBudget,
+    pub(crate) heartbeat: bool,
+    pub(crate) faults: Option<Arc<Faults>>,
+    pub(crate) stats: ConsumerStats,
+    pub(crate) event_types: EventTypes,
 }
 
 impl Consumer<(), ()> {
@@ -356,6 +328,10 @@ impl Consumer<(), ()> {
                 shutdown_deadline: Duration::from_secs(30),
                 inbox_ttl: None,
                 faults: None,
+                group_order: GroupOrder::default(),
+                handler_timeout: None,
+                without_dead_letter_queue: false,
+                event_type_attribute: DEFAULT_EVENT_TYPE_ATTRIBUTE.to_owned(),
             },
         }
     }
@@ -369,7 +345,7 @@ pub(crate) fn now_ms() -> i64 {
         })
 }
 
-fn millis(duration: Duration) -> i64 {
+pub(crate) fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
@@ -383,6 +359,10 @@ impl<T: Transport, I: Inbox> Consumer<T, I> {
     /// what it received but did not start, and waits for running handlers up
     /// to the shutdown deadline (a handler still running then is cut off: its
     /// transaction rolls back and its message is given back).
+    ///
+    /// Refuses to start on a queue without a dead-letter queue (unless
+    /// [`ConsumerBuilder::without_dead_letter_queue`]) and with an inbox TTL
+    /// shorter than the queue's redelivery horizon.
     pub async fn run<H: Handler<I::Database>>(
         &self,
         handler: H,
@@ -399,22 +379,27 @@ impl<T: Transport, I: Inbox> Consumer<T, I> {
         shutdown: CancellationToken,
     ) -> Result<(), ConsumerError> {
         let settings = self.inner.transport.settings().await?;
+        self.refuse_without_dead_letter_queue(&settings)?;
         let ttl = self.inbox_ttl(&settings)?;
         self.inner.inbox.migrate().await?;
         let handler = Arc::new(handler);
         let (acks, acker) = self.spawn_acker();
         let cut_off = CancellationToken::new();
         let context = Arc::new(RunContext {
+            queue: settings.queue_name.clone(),
             lease: settings.lease,
             ttl,
+            handler_timeout: self.handler_timeout(&settings),
+            routing: Routing::new(self.group_order, &settings),
             acks,
+            unsettled: Arc::default(),
+            shutdown: shutdown.clone(),
             cut_off: cut_off.clone(),
         });
         let permits = Arc::new(Semaphore::new(self.concurrency));
-        let running: Arc<Mutex<HashMap<u64, Delivery>>> = Arc::default();
+        let lanes: Lanes<Held> = Lanes::default();
         let mut tasks = JoinSet::new();
         let purger = self.spawn_purger(shutdown.clone());
-        let mut next_task = 0u64;
         while !shutdown.is_cancelled() {
             let first = tokio::select! {
                 permit = Arc::clone(&permits).acquire_owned() => permit.expect("the semaphore is never closed"),
@@ -441,7 +426,7 @@ impl<T: Transport, I: Inbox> Consumer<T, I> {
             while tasks.try_join_next().is_some() {}
             for delivery in deliveries {
                 if shutdown.is_cancelled() {
-                    self.release(&delivery).await;
+                    self.inner.give_back(&delivery).await;
                     continue;
                 }
                 let permit = match batch.pop() {
@@ -451,24 +436,30 @@ impl<T: Transport, I: Inbox> Consumer<T, I> {
                         .await
                         .expect("the semaphore is never closed"),
                 };
-                next_task += 1;
-                running
-                    .lock()
-                    .expect("running lock poisoned")
-                    .insert(next_task, delivery.clone());
-                let (shared, handler, running, context) = (
+                let held = self.inner.hold(delivery, permit, &context);
+                let (shared, handler, context) = (
                     Arc::clone(&self.inner),
                     Arc::clone(&handler),
-                    Arc::clone(&running),
                     Arc::clone(&context),
                 );
-                let task = next_task;
-                tasks.spawn(async move {
-                    shared
-                        .process(handler.as_ref(), &delivery, &context, permit)
-                        .await;
-                    running.lock().expect("running lock poisoned").remove(&task);
-                });
+                match context.routing.lane(&held.delivery.message) {
+                    None => {
+                        tasks.spawn(async move {
+                            shared.handle_alone(handler.as_ref(), held, &context).await;
+                        });
+                    }
+                    Some(group) => {
+                        let group = group.to_owned();
+                        if let Some(first) = lanes.push(&group, held) {
+                            let lanes = lanes.clone();
+                            tasks.spawn(async move {
+                                shared
+                                    .handle_lane(handler.as_ref(), &group, first, &lanes, &context)
+                                    .await;
+                            });
+                        }
+                    }
+                }
             }
         }
         let drained = tokio::time::timeout(self.shutdown_deadline, async {
@@ -478,7 +469,7 @@ impl<T: Transport, I: Inbox> Consumer<T, I> {
         if drained.is_err() {
             // Handlers stop, roll back and give their messages back; a task
             // that does not notice in time (stuck outside the handler) is
-            // aborted, and its message given back here.
+            // aborted, and its message given back below.
             cut_off.cancel();
             let stopped = tokio::time::timeout(CUT_OFF_GRACE, async {
                 while tasks.join_next().await.is_some() {}
@@ -488,16 +479,16 @@ impl<T: Transport, I: Inbox> Consumer<T, I> {
                 tasks.abort_all();
                 while tasks.join_next().await.is_some() {}
             }
-            let cut_off: Vec<Delivery> = running
-                .lock()
-                .expect("running lock poisoned")
-                .drain()
-                .map(|(_, delivery)| delivery)
-                .collect();
+        }
+        // What aborted lanes still held stops its heartbeats here; every
+        // delivery left unsettled is given back.
+        drop(lanes.close_all());
+        let cut_off = context.unsettled.drain();
+        if !cut_off.is_empty() {
             tracing::warn!(consumer = %self.inner.name, cut_off = cut_off.len(), "shutdown deadline passed; giving running messages back");
-            for delivery in &cut_off {
-                self.release(delivery).await;
-            }
+        }
+        for delivery in &cut_off {
+            self.inner.give_back(delivery).await;
         }
         // The last acknowledgements go out before run returns.
         drop(context);
@@ -548,10 +539,19 @@ impl<T: Transport, I: Inbox> Consumer<T, I> {
         (acks, acker)
     }
 
-    async fn release(&self, delivery: &Delivery) {
-        if let Err(error) = self.inner.transport.release(delivery).await {
-            tracing::warn!(consumer = %self.inner.name, message_id = %delivery.message.id, %error, "could not give a message back; it returns when its lease ends");
+    /// A queue without a dead-letter queue is refused unless the builder
+    /// said otherwise: a permanent failure there could only be retried
+    /// forever.
+    fn refuse_without_dead_letter_queue(
+        &self,
+        settings: &QueueSettings,
+    ) -> Result<(), ConsumerError> {
+        if settings.dead_letter_queue || self.without_dead_letter_queue {
+            return Ok(());
         }
+        Err(ConsumerError::NoDeadLetterQueue {
+            queue: settings.queue_name.clone(),
+        })
     }
 
     /// The inbox TTL: at least the queue's redelivery horizon, or a refusal
@@ -567,6 +567,12 @@ impl<T: Transport, I: Inbox> Consumer<T, I> {
             Some(configured) => Ok(configured),
             None => Ok(required + TTL_MARGIN),
         }
+    }
+
+    fn handler_timeout(&self, settings: &QueueSettings) -> Duration {
+        self.handler_timeout.unwrap_or_else(|| {
+            (settings.lease * HANDLER_TIMEOUT_IN_LEASES).max(SHORTEST_DEFAULT_HANDLER_TIMEOUT)
+        })
     }
 
     fn spawn_purger(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
@@ -591,275 +597,76 @@ impl<T: Transport, I: Inbox> Consumer<T, I> {
     }
 }
 
-impl<T: Transport, I: Inbox> Shared<T, I> {
-    async fn process<H: ResultHandler<I::Database>>(
-        self: &Arc<Self>,
-        handler: &H,
-        delivery: &Delivery,
-        context: &RunContext,
-        _permit: OwnedSemaphorePermit,
-    ) {
-        let lease = context.lease;
-        let message = &delivery.message;
-        let effect_key = (self.effect_key)(message);
-        let span = tracing::info_span!(
-            "ackbox.consume",
-            consumer = %self.name,
-            message_id = %message.id,
-            effect_key = %effect_key,
-            event_type = message.attribute("event_type").unwrap_or_default(),
-            aggregate_id = message.attribute("aggregate_id").unwrap_or_default(),
-            attempt = message.receive_count,
-            receive_count = message.receive_count,
-            decision = field::Empty,
-            failure_reason = field::Empty,
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::error::{Failure, TransportError};
+    use crate::inbox::SqliteInbox;
+
+    /// A transport whose deliveries say nothing of their group; it is only
+    /// built into consumers here, never run.
+    struct Groupless;
+
+    fn never() -> TransportError {
+        TransportError::new("groupless", "never called: the consumer is only built")
+    }
+
+    #[async_trait]
+    impl Transport for Groupless {
+        async fn receive(&self, _: usize, _: Duration) -> Result<Vec<Delivery>, TransportError> {
+            Err(never())
+        }
+        async fn ack(&self, _: &Delivery) -> Result<(), TransportError> {
+            Err(never())
+        }
+        async fn extend(&self, _: &Delivery, _: Duration) -> Result<(), TransportError> {
+            Err(never())
+        }
+        async fn retry(
+            &self,
+            _: &Delivery,
+            _: Duration,
+            _: &Failure,
+        ) -> Result<(), TransportError> {
+            Err(never())
+        }
+        async fn dead_letter(&self, _: &Delivery, _: &Failure) -> Result<(), TransportError> {
+            Err(never())
+        }
+        async fn release(&self, _: &Delivery) -> Result<(), TransportError> {
+            Err(never())
+        }
+        async fn settings(&self) -> Result<QueueSettings, TransportError> {
+            Err(never())
+        }
+    }
+
+    #[tokio::test]
+    async fn group_order_required_over_a_transport_without_groups_is_refused_at_build() {
+        let inbox = SqliteInbox::new(
+            sqlx::SqlitePool::connect_lazy("sqlite::memory:").expect("an in-memory database"),
         );
-        async {
-            let started = std::time::Instant::now();
-            let lease_lost = Arc::new(AtomicBool::new(false));
-            let heartbeat = (self.heartbeat && !lease.is_zero())
-                .then(|| self.spawn_heartbeat(delivery.clone(), lease, Arc::clone(&lease_lost)));
-            let decision = self
-                .decide(handler, delivery, &effect_key, context, &lease_lost)
-                .await;
-            if let Some(heartbeat) = heartbeat {
-                heartbeat.abort();
-            }
-            self.stats.count(decision);
-            self.measure(decision, started.elapsed());
-            tracing::Span::current().record("decision", decision.as_str());
-            tracing::info!(decision = decision.as_str(), "message handled");
-        }
-        .instrument(span)
-        .await;
-    }
-
-    fn measure(&self, decision: Decision, elapsed: Duration) {
-        let consumer = self.name.clone();
-        match decision {
-            Decision::Applied => {
-                metrics::counter!("consumer_success_total", "consumer" => consumer.clone())
-                    .increment(1);
-            }
-            Decision::Duplicate => {
-                metrics::counter!("consumer_duplicate_total", "consumer" => consumer.clone())
-                    .increment(1);
-            }
-            // Counted with their reason where they are decided.
-            Decision::Skipped => {
-                metrics::counter!("consumer_skipped_total", "consumer" => consumer.clone())
-                    .increment(1);
-            }
-            Decision::Failed | Decision::Quarantined | Decision::Crashed | Decision::Released => {}
-        }
-        metrics::histogram!(
-            "consumer_processing_seconds",
-            "consumer" => consumer,
-            "decision" => decision.as_str()
-        )
-        .record(elapsed.as_secs_f64());
-    }
-
-    fn spawn_heartbeat(
-        self: &Arc<Self>,
-        delivery: Delivery,
-        lease: Duration,
-        lease_lost: Arc<AtomicBool>,
-    ) -> tokio::task::JoinHandle<()> {
-        let shared = Arc::clone(self);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(lease / 2).await;
-                match shared.transport.extend(&delivery, lease).await {
-                    Ok(()) => {
-                        shared.stats.extensions.fetch_add(1, Ordering::Relaxed);
-                        metrics::counter!(
-                            "consumer_visibility_extension_total",
-                            "consumer" => shared.name.clone()
-                        )
-                        .increment(1);
-                    }
-                    Err(error) => {
-                        // Someone else may hold the message now: the outcome
-                        // of this delivery is uncertain, so it must not be
-                        // acknowledged (the inbox makes the other holder's
-                        // attempt a duplicate if ours commits).
-                        tracing::warn!(message_id = %delivery.message.id, %error, "lease extension failed; the lease may be lost");
-                        lease_lost.store(true, Ordering::Release);
-                        break;
-                    }
-                }
-            }
-        })
-    }
-
-    fn crashes_at(&self, point: CrashPoint, message: &Message) -> bool {
-        self.faults
-            .as_ref()
-            .is_some_and(|faults| faults.fires(point, &message.id))
-    }
-
-    async fn decide<H: ResultHandler<I::Database>>(
-        &self,
-        handler: &H,
-        delivery: &Delivery,
-        effect_key: &str,
-        context: &RunContext,
-        lease_lost: &AtomicBool,
-    ) -> Decision {
-        let message = &delivery.message;
-        if message.is_replay() && !handler.replay_safe() {
-            self.acknowledge(delivery, lease_lost, context);
-            return Decision::Skipped;
-        }
-        let fingerprint = hex::encode(Sha256::digest(message.body.as_bytes()));
-        let now = now_ms();
-        let mut transaction = match self.inbox.begin().await {
-            Ok(transaction) => transaction,
-            Err(error) => return self.failed(delivery, HandlerError::from(error)).await,
+        let refused = Consumer::builder("steps")
+            .transport(Groupless)
+            .inbox(inbox.clone())
+            .group_order(GroupOrder::Required)
+            .build();
+        let Err(error @ ConsumerError::GroupsNotCarried { .. }) = refused else {
+            panic!("built: group order required over a transport without groups");
         };
-        let claim = self
-            .inbox
-            .claim(
-                &mut transaction,
-                ClaimRequest {
-                    consumer: &self.name,
-                    effect_key,
-                    fingerprint: &fingerprint,
-                    message_id: &message.id,
-                    now_ms: now,
-                    expires_at_ms: now.saturating_add(millis(context.ttl)),
-                },
-            )
-            .await;
-        match claim {
-            Err(error) => {
-                roll_back(transaction).await;
-                self.failed(delivery, HandlerError::from(error)).await
-            }
-            Ok(Claim::Duplicate { result }) => {
-                roll_back(transaction).await;
-                if let Err(error) = handler.replay(message, result).await {
-                    return self.failed(delivery, error).await;
-                }
-                self.acknowledge(delivery, lease_lost, context);
-                Decision::Duplicate
-            }
-            Ok(Claim::PayloadMismatch) => {
-                roll_back(transaction).await;
-                let error = HandlerError::permanent(
-                    "PayloadMismatch",
-                    format!("effect key {effect_key} was applied before with a different payload"),
-                );
-                self.failed(delivery, error).await
-            }
-            Ok(Claim::Fresh) => {
-                // A crashed process's connection closes and its database
-                // rolls the transaction back at once; so do we.
-                if self.crashes_at(CrashPoint::DuringHandler, message) {
-                    roll_back(transaction).await;
-                    return Decision::Crashed;
-                }
-                let handled = tokio::select! {
-                    handled = handler.handle(message, &mut transaction) => Some(handled),
-                    () = context.cut_off.cancelled() => None,
-                };
-                let result = match handled {
-                    None => {
-                        roll_back(transaction).await;
-                        self.give_back(delivery).await;
-                        return Decision::Released;
-                    }
-                    Some(Err(error)) => {
-                        roll_back(transaction).await;
-                        return self.failed(delivery, error).await;
-                    }
-                    Some(Ok(result)) => result,
-                };
-                if let Some(result) = result {
-                    let stored = self
-                        .inbox
-                        .store_result(&mut transaction, &self.name, effect_key, &result)
-                        .await;
-                    if let Err(error) = stored {
-                        roll_back(transaction).await;
-                        return self.failed(delivery, HandlerError::from(error)).await;
-                    }
-                }
-                if self.crashes_at(CrashPoint::BeforeCommit, message) {
-                    roll_back(transaction).await;
-                    return Decision::Crashed;
-                }
-                // An ambiguous commit error is safe: if it did commit, the
-                // next delivery finds the claim and is a duplicate.
-                if let Err(error) = transaction.commit().await {
-                    return self.failed(delivery, HandlerError::from(error)).await;
-                }
-                if self.crashes_at(CrashPoint::AfterCommitBeforeAck, message) {
-                    return Decision::Crashed;
-                }
-                self.acknowledge(delivery, lease_lost, context);
-                Decision::Applied
-            }
-        }
-    }
-
-    async fn give_back(&self, delivery: &Delivery) {
-        if let Err(error) = self.transport.release(delivery).await {
-            tracing::warn!(%error, "could not give a message back; it returns when its lease ends");
-        }
-    }
-
-    fn acknowledge(&self, delivery: &Delivery, lease_lost: &AtomicBool, context: &RunContext) {
-        if lease_lost.load(Ordering::Acquire) {
-            tracing::warn!("not acknowledging: the lease may belong to another consumer now");
-            return;
-        }
-        // The acker lives as long as any run context; this cannot fail
-        // while `context` is borrowed.
-        let _ = context.acks.send(delivery.clone());
-    }
-
-    /// A failure: transient ones come back after a backoff until the attempts
-    /// run out; permanent ones, and transient ones out of attempts, go to the
-    /// dead-letter queue with their reason.
-    async fn failed(&self, delivery: &Delivery, error: HandlerError) -> Decision {
-        let failure: Failure = error.failure();
-        tracing::Span::current().record(
-            "failure_reason",
-            format!("{}: {}", failure.class, failure.message),
-        );
-        metrics::counter!(
-            "consumer_failure_total",
-            "consumer" => self.name.clone(),
-            "reason" => failure.class.clone()
-        )
-        .increment(1);
-        let attempt = delivery.message.receive_count;
-        let exhausted = attempt >= self.retry.max_attempts;
-        if matches!(error, HandlerError::Permanent { .. }) || exhausted {
-            match self.transport.dead_letter(delivery, &failure).await {
-                Ok(()) => return Decision::Quarantined,
-                Err(transport_error) => {
-                    tracing::error!(%transport_error, "could not dead-letter; retrying after the longest backoff instead");
-                    self.retry_later(delivery, self.retry.cap, &failure).await;
-                    return Decision::Failed;
-                }
-            }
-        }
-        let delay = if self.budget.try_spend() {
-            self.retry.backoff(attempt)
-        } else {
-            tracing::warn!("retry budget exhausted; backing off to the cap");
-            self.retry.cap
-        };
-        self.retry_later(delivery, delay, &failure).await;
-        Decision::Failed
-    }
-
-    async fn retry_later(&self, delivery: &Delivery, delay: Duration, failure: &Failure) {
-        if let Err(error) = self.transport.retry(delivery, delay, failure).await {
-            tracing::warn!(%error, "could not schedule the retry; the message returns when its lease ends");
+        assert!(error.to_string().contains("Groupless"), "{error}");
+        for order in [GroupOrder::Auto, GroupOrder::Off] {
+            assert!(
+                Consumer::builder("steps")
+                    .transport(Groupless)
+                    .inbox(inbox.clone())
+                    .group_order(order)
+                    .build()
+                    .is_ok(),
+                "{order:?} asks nothing the transport cannot give"
+            );
         }
     }
 }

@@ -9,6 +9,22 @@
 //! happened (by the idempotency key) and marks it `SUCCEEDED`, or `RETRY` —
 //! the next run calls again with the *same* idempotency key — until the
 //! retry budget is spent (`FAILED`, for a person to look at).
+//!
+//! A process that dies mid-call leaves its record `PENDING`. A `PENDING`
+//! record younger than [`Effects::stale_pending_bound`] may belong to a call
+//! still in progress, and a run finding one returns
+//! [`EffectError::Pending`] without calling. Once older than the bound, it
+//! is as ambiguous as a timeout: a run finding it moves it to `UNKNOWN` and
+//! returns [`EffectError::Unknown`], and [`Effects::reconcile`] moves every
+//! such record to `UNKNOWN` before settling the `UNKNOWN` ones — so the
+//! message waits for reconciliation instead of dead-lettering as pending,
+//! and the call is never repeated blindly. Each one is logged (a warning
+//! with its key and age) and counted (`effects_stale_pending_total`).
+//!
+//! A replayed message (the `ackbox.replay` attribute) never makes a call:
+//! run from its handler, [`Effects::run`] returns the reference an earlier
+//! run recorded, or [`EffectError::SuppressedInReplay`]
+//! (`effects_suppressed_in_replay_total`).
 
 use std::future::Future;
 use std::time::Duration;
@@ -20,7 +36,8 @@ use crate::consumer::now_ms;
 /// The states of an effect record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EffectState {
-    /// The call is being made (or its maker died mid-call).
+    /// The call is being made, or its maker died mid-call (once older than
+    /// [`Effects::stale_pending_bound`], it is treated as [`Self::Unknown`]).
     Pending,
     /// The call succeeded; the provider's reference is stored.
     Succeeded,
@@ -81,7 +98,8 @@ pub enum EffectError {
     /// before anything else happens (retry the message later).
     #[error("effect {0} has an unknown outcome; waiting for reconciliation")]
     Unknown(String),
-    /// Another run of the same effect is in progress, or died mid-call.
+    /// Another run of the same effect is in progress: its PENDING record is
+    /// younger than [`Effects::stale_pending_bound`].
     #[error("effect {0} is pending")]
     Pending(String),
     /// The provider refused, or reconciliation ran out of retries.
@@ -92,6 +110,15 @@ pub enum EffectError {
         /// Why.
         reason: String,
     },
+    /// The message being handled is a replay, and the effect was never
+    /// made: a replay makes no external call. A handler that gets this
+    /// while rebuilding should leave the effect out; returned as is, it
+    /// dead-letters the replayed message with this reason, for a person to
+    /// decide.
+    #[error(
+        "effect {0} was not made: the message is a replay, and a replay makes no external call"
+    )]
+    SuppressedInReplay(String),
     /// The effect records could not be read or written.
     #[error(transparent)]
     Database(#[from] sqlx::Error),
@@ -103,6 +130,7 @@ impl From<EffectError> for crate::HandlerError {
     fn from(error: EffectError) -> Self {
         match &error {
             EffectError::Failed { .. } => Self::permanent("EffectFailed", &error),
+            EffectError::SuppressedInReplay(_) => Self::permanent("SuppressedInReplay", &error),
             EffectError::Unknown(_) => Self::transient("EffectUnknown", &error),
             EffectError::Pending(_) => Self::transient("EffectPending", &error),
             EffectError::Database(_) => Self::transient("Database", &error),
@@ -123,6 +151,9 @@ pub struct EffectRecord {
     pub result: Option<String>,
     /// Calls made.
     pub attempts: u32,
+    /// When the record last changed state, epoch milliseconds; for a
+    /// PENDING record, when its call began.
+    pub updated_at_ms: i64,
 }
 
 /// What the provider says about an effect being reconciled.
@@ -145,6 +176,10 @@ pub struct Reconciled {
     pub retried: u64,
     /// UNKNOWN effects out of retries.
     pub failed: u64,
+    /// PENDING effects older than [`Effects::stale_pending_bound`] (their
+    /// caller died mid-call), moved to UNKNOWN in this pass; those the pass
+    /// settled are also counted above.
+    pub stale_pending: u64,
 }
 
 /// A move of one record from one state to another.
@@ -164,6 +199,10 @@ pub struct Transition<'a> {
     pub counts_attempt: bool,
     /// Now, epoch milliseconds.
     pub now_ms: i64,
+    /// Moves it only if it has not changed since this instant (epoch
+    /// milliseconds) either: a compare-and-set on its age as well as its
+    /// state.
+    pub unchanged_since: Option<i64>,
 }
 
 impl<'a> Transition<'a> {
@@ -176,6 +215,7 @@ impl<'a> Transition<'a> {
             error: None,
             counts_attempt: false,
             now_ms,
+            unchanged_since: None,
         }
     }
 
@@ -191,6 +231,11 @@ impl<'a> Transition<'a> {
 
     fn counting_an_attempt(mut self) -> Self {
         self.counts_attempt = true;
+        self
+    }
+
+    fn unchanged_since(mut self, instant_ms: i64) -> Self {
+        self.unchanged_since = Some(instant_ms);
         self
     }
 }
@@ -209,8 +254,9 @@ pub trait EffectStore: Send + Sync + 'static {
     ) -> Result<bool, sqlx::Error>;
     /// The record of `key`.
     async fn get(&self, key: &str) -> Result<Option<EffectRecord>, sqlx::Error>;
-    /// Applies `transition` if the record is still in its `from` state
-    /// (compare and set); `true` if it moved.
+    /// Applies `transition` if the record is still in its `from` state, and
+    /// has not changed since `unchanged_since` when that is set (compare and
+    /// set); `true` if it moved.
     async fn transition(&self, transition: Transition<'_>) -> Result<bool, sqlx::Error>;
     /// Records in `state`, oldest first, at most `limit`.
     async fn in_state(
@@ -228,23 +274,86 @@ pub struct Effects<S> {
     store: S,
     timeout: Duration,
     retry_budget: u32,
+    stale_pending_after: Option<Duration>,
 }
+
+/// Effects reconciled per pass (and stale PENDING records looked at).
+const RECONCILE_BATCH: u32 = 100;
+
+/// Without an explicit bound, a PENDING record is stale after this many call
+/// timeouts…
+const DEFAULT_STALE_PENDING_TIMEOUTS: u32 = 5;
+
+/// …and no sooner than this.
+const DEFAULT_STALE_PENDING_FLOOR: Duration = Duration::from_secs(60);
+
+/// A bound is raised to at least this many call timeouts: see
+/// [`Effects::stale_pending_bound`].
+const MIN_STALE_PENDING_TIMEOUTS: u32 = 2;
 
 impl<S: EffectStore> Effects<S> {
     /// Effects recorded in `store`; calls time out after 10 s (UNKNOWN);
-    /// reconciliation retries an effect at most 3 times.
+    /// reconciliation retries an effect at most 3 times; a PENDING record
+    /// is stale after 5 timeouts, and no sooner than a minute.
     pub fn new(store: S) -> Self {
         Self {
             store,
             timeout: Duration::from_secs(10),
             retry_budget: 3,
+            stale_pending_after: None,
         }
     }
 
     /// How long a call may take before its outcome counts as unknown.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self.warn_if_stale_bound_raised();
         self
+    }
+
+    /// How old a PENDING record must be before it counts as abandoned (its
+    /// caller died mid-call) and is treated as UNKNOWN. Raised to at least
+    /// twice the call [`timeout`](Self::timeout): see
+    /// [`stale_pending_bound`](Self::stale_pending_bound).
+    pub fn stale_pending_after(mut self, bound: Duration) -> Self {
+        self.stale_pending_after = Some(bound);
+        self.warn_if_stale_bound_raised();
+        self
+    }
+
+    /// How old a PENDING record must be before it counts as abandoned.
+    ///
+    /// A live call lasts up to the timeout, and its record is written just
+    /// before it and settled just after; a younger PENDING record may belong
+    /// to a call still in flight, and treating it as abandoned would let
+    /// reconciliation find no trace of it yet and call again while the first
+    /// call still runs. So the bound is at least twice the timeout, which
+    /// also leaves room for slow database writes around the call and for
+    /// clocks that disagree between consumers (the age is measured on one
+    /// machine's clock against a time written by another's).
+    pub fn stale_pending_bound(&self) -> Duration {
+        let floor = self.timeout.saturating_mul(MIN_STALE_PENDING_TIMEOUTS);
+        self.stale_pending_after
+            .unwrap_or_else(|| {
+                self.timeout
+                    .saturating_mul(DEFAULT_STALE_PENDING_TIMEOUTS)
+                    .max(DEFAULT_STALE_PENDING_FLOOR)
+            })
+            .max(floor)
+    }
+
+    fn warn_if_stale_bound_raised(&self) {
+        if let Some(asked) = self.stale_pending_after {
+            let bound = self.stale_pending_bound();
+            if bound > asked {
+                tracing::warn!(
+                    asked_ms = asked.as_millis(),
+                    bound_ms = bound.as_millis(),
+                    timeout_ms = self.timeout.as_millis(),
+                    "stale-PENDING bound raised to twice the call timeout: a live call may last that long"
+                );
+            }
+        }
     }
 
     /// Calls an effect may make in all, retries included.
@@ -266,38 +375,13 @@ impl<S: EffectStore> Effects<S> {
         F: FnOnce(String) -> Fut,
         Fut: Future<Output = Result<String, CallError>>,
     {
+        if crate::context::current().is_some_and(|handling| handling.replay) {
+            return self.recorded_for_replay(key).await;
+        }
         let now = now_ms();
         let fresh = self.store.begin(key, key, now).await?;
-        if !fresh {
-            let record = self
-                .store
-                .get(key)
-                .await?
-                .ok_or_else(|| EffectError::Pending(key.to_owned()))?;
-            match record.state {
-                EffectState::Succeeded => return Ok(record.result.unwrap_or_default()),
-                EffectState::Unknown => return Err(EffectError::Unknown(key.to_owned())),
-                EffectState::Pending => return Err(EffectError::Pending(key.to_owned())),
-                EffectState::Failed => {
-                    return Err(EffectError::Failed {
-                        key: key.to_owned(),
-                        reason: "an earlier attempt failed".to_owned(),
-                    });
-                }
-                EffectState::Retry => {
-                    // Whoever moves it back to PENDING makes the call.
-                    let claimed = self
-                        .store
-                        .transition(
-                            Transition::new(key, EffectState::Retry, EffectState::Pending, now)
-                                .counting_an_attempt(),
-                        )
-                        .await?;
-                    if !claimed {
-                        return Err(EffectError::Pending(key.to_owned()));
-                    }
-                }
-            }
+        if !fresh && let Some(reference) = self.claim_existing(key, now).await? {
+            return Ok(reference);
         }
         let idempotency_key = key.to_owned();
         let outcome = tokio::time::timeout(self.timeout, call(idempotency_key)).await;
@@ -335,6 +419,116 @@ impl<S: EffectStore> Effects<S> {
         }
     }
 
+    /// Decides what a run does with the record an earlier run left: the
+    /// stored reference if it succeeded, `None` if this run is to make the
+    /// call (it claimed a RETRY), or why no call may be made now.
+    async fn claim_existing(&self, key: &str, now: i64) -> Result<Option<String>, EffectError> {
+        // Records move only by compare-and-set: when this run loses a race to
+        // move one, a second look finds where the winner left it.
+        for _ in 0..2 {
+            let Some(record) = self.store.get(key).await? else {
+                return Err(EffectError::Pending(key.to_owned()));
+            };
+            match record.state {
+                EffectState::Succeeded => return Ok(Some(record.result.unwrap_or_default())),
+                EffectState::Unknown => return Err(EffectError::Unknown(key.to_owned())),
+                EffectState::Failed => {
+                    return Err(EffectError::Failed {
+                        key: key.to_owned(),
+                        reason: "an earlier attempt failed".to_owned(),
+                    });
+                }
+                EffectState::Pending if !self.is_stale(&record, now) => {
+                    return Err(EffectError::Pending(key.to_owned()));
+                }
+                EffectState::Pending => {
+                    if self.abandon_stale(&record, now).await? {
+                        return Err(EffectError::Unknown(key.to_owned()));
+                    }
+                }
+                EffectState::Retry => {
+                    // Whoever moves it back to PENDING makes the call.
+                    let claimed = self
+                        .store
+                        .transition(
+                            Transition::new(key, EffectState::Retry, EffectState::Pending, now)
+                                .counting_an_attempt(),
+                        )
+                        .await?;
+                    if claimed {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+        Err(EffectError::Pending(key.to_owned()))
+    }
+
+    /// Whether `record` (PENDING) is older than the stale bound at `now`.
+    fn is_stale(&self, record: &EffectRecord, now: i64) -> bool {
+        record.updated_at_ms <= self.stale_cutoff(now)
+    }
+
+    /// The newest change time a stale PENDING record can have at `now`.
+    fn stale_cutoff(&self, now: i64) -> i64 {
+        let bound_ms = i64::try_from(self.stale_pending_bound().as_millis()).unwrap_or(i64::MAX);
+        now.saturating_sub(bound_ms)
+    }
+
+    /// Moves a stale PENDING record to UNKNOWN, if it is still PENDING and
+    /// still stale (its call may have just settled, or another consumer may
+    /// have moved it first); `true` if this call moved it.
+    async fn abandon_stale(&self, record: &EffectRecord, now: i64) -> Result<bool, sqlx::Error> {
+        let age_ms = now.saturating_sub(record.updated_at_ms);
+        let reason = format!(
+            "PENDING for {age_ms} ms, longer than the stale bound: its caller died mid-call"
+        );
+        let moved = self
+            .store
+            .transition(
+                Transition::new(
+                    &record.effect_key,
+                    EffectState::Pending,
+                    EffectState::Unknown,
+                    now,
+                )
+                .error(&reason)
+                .unchanged_since(self.stale_cutoff(now)),
+            )
+            .await?;
+        if moved {
+            tracing::warn!(
+                effect_key = %record.effect_key,
+                age_seconds = age_ms as f64 / 1_000.0,
+                attempts = record.attempts,
+                "effect left PENDING past the stale bound (its caller died mid-call); \
+                 now UNKNOWN: it will be reconciled, not repeated"
+            );
+            metrics::counter!("effects_stale_pending_total").increment(1);
+        }
+        Ok(moved)
+    }
+
+    /// What a replayed message gets instead of a call: the reference an
+    /// earlier run recorded, or a refusal — never a call.
+    async fn recorded_for_replay(&self, key: &str) -> Result<String, EffectError> {
+        match self.store.get(key).await? {
+            Some(EffectRecord {
+                state: EffectState::Succeeded,
+                result,
+                ..
+            }) => Ok(result.unwrap_or_default()),
+            _ => {
+                tracing::warn!(
+                    effect_key = key,
+                    "a replayed message asked for an external call; it was not made"
+                );
+                metrics::counter!("effects_suppressed_in_replay_total").increment(1);
+                Err(EffectError::SuppressedInReplay(key.to_owned()))
+            }
+        }
+    }
+
     async fn mark_unknown(&self, key: &str, reason: &str, now: i64) -> Result<(), sqlx::Error> {
         tracing::warn!(
             effect_key = key,
@@ -349,16 +543,31 @@ impl<S: EffectStore> Effects<S> {
             .map(drop)
     }
 
-    /// Asks `lookup` about every UNKNOWN effect (up to 100 per pass) and
-    /// settles it: SUCCEEDED with the reference, RETRY while attempts remain,
-    /// FAILED after that.
+    /// Moves PENDING effects older than the stale bound to UNKNOWN (up to
+    /// 100 per pass), then asks `lookup` about every UNKNOWN effect (up to
+    /// 100 per pass) and settles it: SUCCEEDED with the reference, RETRY
+    /// while attempts remain, FAILED after that.
     pub async fn reconcile<F, Fut>(&self, lookup: F) -> Result<Reconciled, sqlx::Error>
     where
         F: Fn(EffectRecord) -> Fut,
         Fut: Future<Output = Lookup>,
     {
         let mut report = Reconciled::default();
-        for record in self.store.in_state(EffectState::Unknown, 100).await? {
+        let now = now_ms();
+        for record in self
+            .store
+            .in_state(EffectState::Pending, RECONCILE_BATCH)
+            .await?
+        {
+            if self.is_stale(&record, now) && self.abandon_stale(&record, now).await? {
+                report.stale_pending += 1;
+            }
+        }
+        for record in self
+            .store
+            .in_state(EffectState::Unknown, RECONCILE_BATCH)
+            .await?
+        {
             let key = record.effect_key.clone();
             let attempts = record.attempts;
             let now = now_ms();
@@ -414,10 +623,19 @@ impl<S: EffectStore> Effects<S> {
         Ok(report)
     }
 
-    /// Publishes `effects_state_count{state}` and
-    /// `effects_oldest_unknown_age_seconds`; returns the counts.
+    /// Publishes `effects_state_count{state}`,
+    /// `effects_oldest_unknown_age_seconds` and
+    /// `effects_oldest_pending_age_seconds` (past
+    /// [`stale_pending_bound`](Self::stale_pending_bound), a caller died
+    /// mid-call and the next reconciliation picks it up); returns the counts.
     pub async fn report(&self) -> Result<Vec<(EffectState, u64)>, sqlx::Error> {
         let (counts, oldest_unknown) = self.store.census().await?;
+        let oldest_pending = self
+            .store
+            .in_state(EffectState::Pending, 1)
+            .await?
+            .first()
+            .map(|record| record.updated_at_ms);
         for state in EffectState::ALL {
             let count = counts
                 .iter()
@@ -425,17 +643,26 @@ impl<S: EffectStore> Effects<S> {
                 .map_or(0, |(_, count)| *count);
             metrics::gauge!("effects_state_count", "state" => state.as_str()).set(count as f64);
         }
-        let age = oldest_unknown.map_or(0.0, |at| (now_ms() - at).max(0) as f64 / 1_000.0);
-        metrics::gauge!("effects_oldest_unknown_age_seconds").set(age);
+        let now = now_ms();
+        let age_seconds = |since: Option<i64>| {
+            since.map_or(0.0, |at| now.saturating_sub(at).max(0) as f64 / 1_000.0)
+        };
+        metrics::gauge!("effects_oldest_unknown_age_seconds").set(age_seconds(oldest_unknown));
+        metrics::gauge!("effects_oldest_pending_age_seconds").set(age_seconds(oldest_pending));
         Ok(counts)
     }
 }
+
+/// The stored version of an aggregate whose version row exists but that has
+/// no version applied yet (versions start at 1): the row exists so that it
+/// can be locked before the first event is judged.
+const NO_VERSION: i64 = 0;
 
 /// Implements [`EffectStore`] and the projection guard for one database.
 /// The SQL is shared: both databases take `$n` parameters (in order of
 /// first use) and `ON CONFLICT`.
 macro_rules! sql_effect_store {
-    ($store:ident, $database:ty, $pool:ty, $name:literal, $migration:literal, $lock:literal) => {
+    ($store:ident, $database:ty, $pool:ty, $name:literal, $lock:literal) => {
         #[doc = concat!("Effect records and projection versions in the application's ", $name, " database.")]
         #[derive(Debug, Clone)]
         pub struct $store {
@@ -449,8 +676,10 @@ macro_rules! sql_effect_store {
             }
         }
 
+        type RecordRow = (String, String, String, Option<String>, i64, i64);
+
         fn record_from(
-            (effect_key, idempotency_key, state, result, attempts): (String, String, String, Option<String>, i64),
+            (effect_key, idempotency_key, state, result, attempts, updated_at_ms): RecordRow,
         ) -> EffectRecord {
             EffectRecord {
                 effect_key,
@@ -458,13 +687,14 @@ macro_rules! sql_effect_store {
                 state: EffectState::parse(&state),
                 result,
                 attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+                updated_at_ms,
             }
         }
 
         #[async_trait]
         impl EffectStore for $store {
             async fn migrate(&self) -> Result<(), sqlx::Error> {
-                sqlx::raw_sql(include_str!($migration)).execute(&self.pool).await.map(drop)
+                migrate(&self.pool).await
             }
 
             async fn begin(&self, key: &str, idempotency_key: &str, now_ms: i64) -> Result<bool, sqlx::Error> {
@@ -484,8 +714,8 @@ macro_rules! sql_effect_store {
             }
 
             async fn get(&self, key: &str) -> Result<Option<EffectRecord>, sqlx::Error> {
-                let row: Option<(String, String, String, Option<String>, i64)> = sqlx::query_as(
-                    "SELECT effect_key, idempotency_key, state, result, CAST(attempts AS BIGINT)
+                let row: Option<RecordRow> = sqlx::query_as(
+                    "SELECT effect_key, idempotency_key, state, result, CAST(attempts AS BIGINT), updated_at
                      FROM ackbox_effects WHERE effect_key = $1",
                 )
                 .bind(key)
@@ -499,7 +729,7 @@ macro_rules! sql_effect_store {
                     "UPDATE ackbox_effects
                      SET state = $1, result = COALESCE($2, result), last_error = COALESCE($3, last_error),
                          attempts = attempts + $4, updated_at = $5
-                     WHERE effect_key = $6 AND state = $7",
+                     WHERE effect_key = $6 AND state = $7 AND updated_at <= $8",
                 )
                 .bind(transition.to.as_str())
                 .bind(transition.result)
@@ -508,6 +738,7 @@ macro_rules! sql_effect_store {
                 .bind(transition.now_ms)
                 .bind(transition.key)
                 .bind(transition.from.as_str())
+                .bind(transition.unchanged_since.unwrap_or(i64::MAX))
                 .execute(&self.pool)
                 .await?
                 .rows_affected()
@@ -515,8 +746,8 @@ macro_rules! sql_effect_store {
             }
 
             async fn in_state(&self, state: EffectState, limit: u32) -> Result<Vec<EffectRecord>, sqlx::Error> {
-                let rows: Vec<(String, String, String, Option<String>, i64)> = sqlx::query_as(
-                    "SELECT effect_key, idempotency_key, state, result, CAST(attempts AS BIGINT)
+                let rows: Vec<RecordRow> = sqlx::query_as(
+                    "SELECT effect_key, idempotency_key, state, result, CAST(attempts AS BIGINT), updated_at
                      FROM ackbox_effects WHERE state = $1 ORDER BY updated_at LIMIT $2",
                 )
                 .bind(state.as_str())
@@ -555,15 +786,32 @@ macro_rules! sql_effect_store {
                 projection: &str,
                 aggregate_id: &str,
             ) -> Result<Option<i64>, sqlx::Error> {
-                sqlx::query_scalar(concat!(
+                // A lock needs a row: without one, two first events of an
+                // aggregate would both find nothing and both be applied. A
+                // concurrent insert of the same row waits (PostgreSQL) for
+                // this transaction to end and then finds the row; on SQLite
+                // the insert takes the write lock, so the read below sees the
+                // newest commit even in a transaction begun as a reader.
+                sqlx::query(
+                    "INSERT INTO ackbox_projection_versions (projection, aggregate_id, version)
+                     VALUES ($1, $2, $3)
+                     ON CONFLICT (projection, aggregate_id) DO NOTHING",
+                )
+                .bind(projection)
+                .bind(aggregate_id)
+                .bind(NO_VERSION)
+                .execute(&mut **transaction)
+                .await?;
+                let version: i64 = sqlx::query_scalar(concat!(
                     "SELECT version FROM ackbox_projection_versions
                      WHERE projection = $1 AND aggregate_id = $2",
                     $lock
                 ))
                 .bind(projection)
                 .bind(aggregate_id)
-                .fetch_optional(&mut **transaction)
-                .await
+                .fetch_one(&mut **transaction)
+                .await?;
+                Ok((version > NO_VERSION).then_some(version))
             }
 
             async fn set_version(
@@ -573,10 +821,13 @@ macro_rules! sql_effect_store {
                 aggregate_id: &str,
                 version: i64,
             ) -> Result<(), sqlx::Error> {
+                // Guarded even though the row is locked: a caller that never
+                // took the lock must still not move a version backwards.
                 sqlx::query(
                     "INSERT INTO ackbox_projection_versions (projection, aggregate_id, version)
                      VALUES ($1, $2, $3)
-                     ON CONFLICT (projection, aggregate_id) DO UPDATE SET version = excluded.version",
+                     ON CONFLICT (projection, aggregate_id) DO UPDATE SET version = excluded.version
+                     WHERE ackbox_projection_versions.version < excluded.version",
                 )
                 .bind(projection)
                 .bind(aggregate_id)
@@ -591,24 +842,39 @@ macro_rules! sql_effect_store {
 
 mod postgres_store {
     use super::*;
+    /// Creates the tables unless they are there (see `schema.rs`).
+    async fn migrate(pool: &sqlx::PgPool) -> Result<(), sqlx::Error> {
+        crate::schema::ensure_postgres(
+            pool,
+            "ackbox_projection_versions",
+            &[include_str!("../migrations/postgres/0003_effects.sql")],
+        )
+        .await
+    }
+
     sql_effect_store!(
         PgEffectStore,
         sqlx::Postgres,
         sqlx::PgPool,
         "PostgreSQL",
-        "../migrations/postgres/0003_effects.sql",
         " FOR UPDATE"
     );
 }
 
 mod sqlite_store {
     use super::*;
+    async fn migrate(pool: &sqlx::SqlitePool) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql(include_str!("../migrations/sqlite/0003_effects.sql"))
+            .execute(pool)
+            .await
+            .map(drop)
+    }
+
     sql_effect_store!(
         SqliteEffectStore,
         sqlx::Sqlite,
         sqlx::SqlitePool,
         "SQLite",
-        "../migrations/sqlite/0003_effects.sql",
         ""
     );
 }

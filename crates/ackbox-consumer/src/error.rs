@@ -111,6 +111,28 @@ pub enum ConsumerError {
         /// How `required` was computed.
         explanation: String,
     },
+    /// Group order was required over a transport whose deliveries do not
+    /// say which group they belong to.
+    #[error(
+        "group order is required, but {transport} does not carry message groups, so the \
+         consumer cannot tell which messages must wait for which; use a transport that does \
+         (SqsTransport, or RabbitMQ and NATS with the group header) or GroupOrder::Off"
+    )]
+    GroupsNotCarried {
+        /// The transport's type.
+        transport: &'static str,
+    },
+    /// The queue has no dead-letter queue, and the consumer was not told to
+    /// run without one.
+    #[error(
+        "queue {queue} has no dead-letter queue: a message that fails for good would be retried \
+         forever; give the queue a RedrivePolicy, or build the consumer with \
+         without_dead_letter_queue() to accept that"
+    )]
+    NoDeadLetterQueue {
+        /// The queue.
+        queue: String,
+    },
     /// The broker could not be asked for the queue's settings.
     #[error(transparent)]
     Transport(#[from] TransportError),

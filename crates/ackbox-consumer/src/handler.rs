@@ -21,13 +21,36 @@ pub trait Handler<DB: Database>: Send + Sync + 'static {
         transaction: &mut Transaction<'static, DB>,
     ) -> Result<(), HandlerError>;
 
-    /// Whether replayed messages (the `ackbox.replay` attribute) may run
-    /// this handler. Handlers with irreversible side effects (charging a
-    /// card, sending an email) must say no — the default; projections and
-    /// other pure database effects can say yes.
-    fn replay_safe(&self) -> bool {
-        false
+    /// What a replayed message (the `ackbox.replay` attribute) does with
+    /// this handler: see [`OnReplay`]. Skipped by default.
+    fn on_replay(&self) -> OnReplay {
+        OnReplay::Skip
     }
+}
+
+/// What a consumer does with a replayed message (one carrying the
+/// `ackbox.replay` attribute, set by replay and redrive tools).
+///
+/// Whichever is chosen, no irreversible effect runs for a replayed message:
+/// [`Effects::run`](crate::effects::Effects::run) called from its handler
+/// makes no external call (it returns what an earlier call recorded, or
+/// [`EffectError::SuppressedInReplay`](crate::effects::EffectError::SuppressedInReplay)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnReplay {
+    /// Acknowledge it without running the handler: for handlers whose
+    /// effects must not happen again (charging a card, sending an email).
+    #[default]
+    Skip,
+    /// Run it through the inbox like any message: applied if it never was,
+    /// skipped as a duplicate if it was. For consumers catching up on
+    /// messages they missed.
+    ApplyOnce,
+    /// Run it even if the inbox says it was applied: for rebuilding a read
+    /// model from history (clear the model and its versions, then replay
+    /// the events). Only for handlers whose effect is the database write
+    /// itself and idempotent under a version guard, such as a
+    /// [`Projection`](crate::projection::Projection).
+    Rebuild,
 }
 
 /// A handler whose effect has a result worth handing back when the same
@@ -48,9 +71,9 @@ pub trait ResultHandler<DB: Database>: Send + Sync + 'static {
     /// returned. The message is acknowledged once this returns `Ok`.
     async fn replay(&self, message: &Message, stored: Option<String>) -> Result<(), HandlerError>;
 
-    /// As [`Handler::replay_safe`].
-    fn replay_safe(&self) -> bool {
-        false
+    /// As [`Handler::on_replay`].
+    fn on_replay(&self) -> OnReplay {
+        OnReplay::Skip
     }
 }
 
@@ -71,7 +94,7 @@ impl<DB: Database, H: Handler<DB>> ResultHandler<DB> for Plain<H> {
         Ok(())
     }
 
-    fn replay_safe(&self) -> bool {
-        self.0.replay_safe()
+    fn on_replay(&self) -> OnReplay {
+        self.0.on_replay()
     }
 }

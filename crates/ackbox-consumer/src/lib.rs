@@ -16,7 +16,17 @@
 //! and then sees it. Transient failures come back with exponential backoff
 //! and full jitter, up to a bounded number of attempts; permanent ones go to
 //! the dead-letter queue at once, with the reason. A heartbeat extends the
-//! lease while a handler runs.
+//! lease of every message the consumer holds, and a handler timeout bounds
+//! each handler call.
+//!
+//! On FIFO queues the messages of one group run one at a time, in delivery
+//! order, while groups run side by side ([`GroupOrder`]); a failing message
+//! is retried in place and holds its group until it succeeds or is
+//! dead-lettered. A consumer refuses to start on a queue without a
+//! dead-letter queue unless told to accept one. Replayed messages (the
+//! `ackbox.replay` attribute) are skipped, caught up or re-applied as the
+//! handler says ([`OnReplay`]), and never make an external call through
+//! [`effects::Effects::run`].
 //!
 //! A complete consumer, with its inbox in PostgreSQL, against ackbox:
 //!
@@ -73,9 +83,14 @@
 //! duplicates and reordering.
 
 mod consumer;
+mod context;
+mod decision;
 pub mod effects;
 mod error;
+mod group;
 mod handler;
+mod handling;
+mod held;
 mod inbox;
 #[cfg(any(feature = "rabbitmq", feature = "nats"))]
 mod lease;
@@ -87,17 +102,25 @@ pub mod projection;
 #[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
 mod retry;
+mod schema;
 mod sqs;
+mod telemetry;
 pub mod testing;
 mod transport;
 
 pub use async_trait::async_trait;
-pub use consumer::{Consumer, ConsumerBuilder, ConsumerStats, Decision, EffectKey};
+pub use consumer::{Consumer, ConsumerBuilder, DEFAULT_EVENT_TYPE_ATTRIBUTE, EffectKey};
+pub use decision::{ConsumerStats, Decision};
 pub use error::{ConsumerError, Failure, HandlerError, TransportError};
-pub use handler::{Handler, ResultHandler};
+pub use group::GroupOrder;
+pub use handler::{Handler, OnReplay, ResultHandler};
 pub use inbox::{Claim, ClaimRequest, Inbox, PgInbox, SqliteInbox};
-pub use message::{Delivery, Message, REPLAY_ATTRIBUTE};
+pub use message::{
+    AGGREGATE_ID_ATTRIBUTE, AGGREGATE_VERSION_ATTRIBUTE, CAUSATION_ID_ATTRIBUTE,
+    CORRELATION_ID_ATTRIBUTE, Delivery, EVENT_ID_ATTRIBUTE, Message, REPLAY_ATTRIBUTE,
+};
 pub use retry::{RetryBudget, RetryPolicy};
 pub use sqs::{SqsPublisher, SqsTransport};
+pub use telemetry::MOST_EVENT_TYPES;
 pub use tokio_util::sync::CancellationToken;
 pub use transport::{QueueSettings, Transport};

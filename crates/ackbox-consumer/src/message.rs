@@ -7,8 +7,22 @@ use serde::de::DeserializeOwned;
 use crate::error::HandlerError;
 
 /// The message attribute that marks a replayed message (set by replay and
-/// redrive tools): only replay-safe handlers run it.
+/// redrive tools): what a handler does with it is its
+/// [`on_replay`](crate::Handler::on_replay).
 pub const REPLAY_ATTRIBUTE: &str = "ackbox.replay";
+/// The message attribute that carries an outbox event's id: the same on every
+/// publication of the event, so it is the default effect key.
+pub const EVENT_ID_ATTRIBUTE: &str = "ackbox.event_id";
+/// The message attribute naming the conversation a message belongs to;
+/// events published while handling a message inherit it.
+pub const CORRELATION_ID_ATTRIBUTE: &str = "correlation_id";
+/// The message attribute naming the event that caused a message; events
+/// published while handling a message name that message's event id.
+pub const CAUSATION_ID_ATTRIBUTE: &str = "causation_id";
+/// The message attribute naming the aggregate an event is about (logged).
+pub const AGGREGATE_ID_ATTRIBUTE: &str = "aggregate_id";
+/// The message attribute with the aggregate's version after the event (logged).
+pub const AGGREGATE_VERSION_ATTRIBUTE: &str = "aggregate_version";
 
 /// One delivered message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +67,21 @@ impl Message {
     /// A string message attribute.
     pub fn attribute(&self, name: &str) -> Option<&str> {
         self.attributes.get(name).map(String::as_str)
+    }
+
+    /// The event id: the outbox's [`EVENT_ID_ATTRIBUTE`], else the message id.
+    pub fn event_id(&self) -> &str {
+        self.attribute(EVENT_ID_ATTRIBUTE).unwrap_or(&self.id)
+    }
+
+    /// The conversation the message belongs to ([`CORRELATION_ID_ATTRIBUTE`]).
+    pub fn correlation_id(&self) -> Option<&str> {
+        self.attribute(CORRELATION_ID_ATTRIBUTE)
+    }
+
+    /// The event that caused the message ([`CAUSATION_ID_ATTRIBUTE`]).
+    pub fn causation_id(&self) -> Option<&str> {
+        self.attribute(CAUSATION_ID_ATTRIBUTE)
     }
 }
 

@@ -40,6 +40,9 @@ pub const FAILURE_CLASS_HEADER: &str = "Ackbox-Failure-Class";
 pub const FAILURE_MESSAGE_HEADER: &str = "Ackbox-Failure-Message";
 /// Header with the message id a copy keeps (a dead letter, a redrive).
 pub const MESSAGE_ID_HEADER: &str = "Ackbox-Message-Id";
+/// Header with the message's group: the publisher sets it from the outbox
+/// event's group, and dead-lettered copies keep it.
+pub const GROUP_ID_HEADER: &str = "Ackbox-Group-Id";
 /// Header with the deliveries a dead-lettered copy had.
 pub const DELIVERIES_HEADER: &str = "Ackbox-Deliveries";
 const PUBLISH_DEDUP_HEADER: &str = "Nats-Msg-Id";
@@ -254,7 +257,7 @@ impl NatsTransport {
             body: String::from_utf8_lossy(&received.payload).into_owned(),
             attributes,
             receive_count: u32::try_from(delivered.max(1)).unwrap_or(u32::MAX),
-            group_id: None,
+            group_id: header(GROUP_ID_HEADER),
         };
         self.leases.hold(
             reply.clone(),
@@ -290,6 +293,9 @@ impl NatsTransport {
             headers.insert(name.as_str(), value.as_str());
         }
         headers.insert(MESSAGE_ID_HEADER, held.message.id.as_str());
+        if let Some(group_id) = &held.message.group_id {
+            headers.insert(GROUP_ID_HEADER, group_id.as_str());
+        }
         headers.insert(FAILURE_CLASS_HEADER, failure.class.as_str());
         headers.insert(FAILURE_MESSAGE_HEADER, failure.message.as_str());
         headers.insert(
@@ -414,6 +420,9 @@ impl Transport for NatsTransport {
     async fn settings(&self) -> Result<QueueSettings, TransportError> {
         let retention = self.queue.retention.as_secs();
         Ok(QueueSettings {
+            queue_name: self.queue.stream().to_owned(),
+            dead_letter_queue: true,
+            ordered_groups: false,
             lease: self.queue.lease,
             max_deliveries: Some(self.queue.max_deliveries),
             redelivery_horizon: Duration::from_secs(2 * retention),
@@ -422,6 +431,13 @@ impl Transport for NatsTransport {
                  since a redrive can bring a message back"
             ),
         })
+    }
+
+    /// The group travels in a header the publisher sets; the broker does
+    /// not hold a group to one consumer, so order across processes needs a
+    /// single consumer process.
+    fn carries_groups(&self) -> bool {
+        true
     }
 }
 
@@ -466,6 +482,9 @@ impl NatsPublisher {
                 headers.insert(name.as_str(), value.as_str());
             }
             headers.insert(EVENT_ID_ATTRIBUTE, pending.event_id.as_str());
+            if let Some(group_id) = &event.group_id {
+                headers.insert(GROUP_ID_HEADER, group_id.as_str());
+            }
             let publish = PublishMessage::build()
                 .payload(Bytes::from(event.body.clone()))
                 .headers(headers)

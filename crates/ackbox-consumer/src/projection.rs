@@ -1,23 +1,38 @@
 //! Version-guarded projections: read models that stay right when events
-//! arrive late, twice, or out of order.
+//! arrive late, twice, out of order, or at the same time.
 //!
 //! Each aggregate's newest applied version is stored next to the read
 //! model, in the same transaction. [`Projection::apply_if_newer`] says
 //! whether an event's version should be applied; a stale or repeated
 //! version is a no-op, and a gap (a version skipped) can be quarantined
-//! instead of applied.
+//! instead of applied. Versions start at 1.
+//!
+//! Concurrent events of one aggregate are judged one at a time: the
+//! aggregate's version row is made to exist and locked before the judgment,
+//! so a transaction judging a version waits for any other transaction that
+//! judged one of the same aggregate to commit or roll back, and then sees
+//! its outcome. Two first events of an aggregate cannot both be applied,
+//! and a stored version never goes down.
 
 use async_trait::async_trait;
 use sqlx::{Database, Transaction};
 
 /// Where the newest applied versions live.
+///
+/// An implementation must serialize judgments: [`current_version`] holds a
+/// lock on the aggregate, even one with no version yet, until the
+/// transaction ends, and [`set_version`] never lowers a stored version.
+///
+/// [`current_version`]: VersionStore::current_version
+/// [`set_version`]: VersionStore::set_version
 #[async_trait]
 pub trait VersionStore: Send + Sync + 'static {
     /// The application's database.
     type Database: Database;
 
-    /// The newest applied version of `aggregate_id`, locking it for the
-    /// transaction where the database can.
+    /// The newest applied version of `aggregate_id` (`None` before the
+    /// first), locking the aggregate for the rest of `transaction` — also
+    /// when it has no version yet, so concurrent first events queue too.
     async fn current_version(
         &self,
         transaction: &mut Transaction<'static, Self::Database>,
@@ -25,7 +40,8 @@ pub trait VersionStore: Send + Sync + 'static {
         aggregate_id: &str,
     ) -> Result<Option<i64>, sqlx::Error>;
 
-    /// Records `version` as the newest applied.
+    /// Records `version` as the newest applied, unless a version at least
+    /// as new is already stored (a stored version never goes down).
     async fn set_version(
         &self,
         transaction: &mut Transaction<'static, Self::Database>,
@@ -101,14 +117,26 @@ impl<S: VersionStore> Projection<S> {
 
     /// Judges `version` of `aggregate_id` inside `transaction`, recording it
     /// when the verdict is [`Verdict::Apply`] — then apply the event in the
-    /// same transaction. Every verdict is logged and counted
+    /// same transaction. The aggregate stays locked until the transaction
+    /// ends, so a concurrent event of the same aggregate is judged after
+    /// this one commits or rolls back. Every verdict is logged and counted
     /// (`projection_decision_total{projection, verdict}`).
+    ///
+    /// Versions start at 1; a lower one is refused
+    /// ([`sqlx::Error::InvalidArgument`]), because the store cannot tell it
+    /// from "nothing applied yet".
     pub async fn apply_if_newer(
         &self,
         transaction: &mut Transaction<'static, S::Database>,
         aggregate_id: &str,
         version: i64,
     ) -> Result<Verdict, sqlx::Error> {
+        if version < 1 {
+            return Err(sqlx::Error::InvalidArgument(format!(
+                "projection {}: version {version} of {aggregate_id} is below 1, the first version",
+                self.name
+            )));
+        }
         let current = self
             .store
             .current_version(transaction, &self.name, aggregate_id)

@@ -52,6 +52,9 @@ use crate::message::{Delivery, Message};
 use crate::outbox::{EVENT_ID_ATTRIBUTE, PendingEvent, Publisher};
 use crate::transport::{QueueSettings, Transport};
 
+/// Header with the message's group: the publisher sets it from the outbox
+/// event's group, and retried and dead-lettered copies keep it.
+pub const GROUP_ID_HEADER: &str = "x-ackbox-group-id";
 /// Header with the attempts a message had before this copy was published.
 pub const ATTEMPTS_HEADER: &str = "x-ackbox-attempts";
 /// Header with the failure class of a retried or dead-lettered copy.
@@ -536,21 +539,24 @@ async fn open(
         .map_err(|error| TransportError::new("basic.consume", error))?;
     let (push, pushed) = mpsc::unbounded_channel();
     let delivered = Arc::clone(delivered);
+    // Deliveries are pushed by the delegate call itself, which lapin makes in
+    // delivery order; the future it returns is spawned, and futures spawned
+    // one per delivery would push them in whatever order they got to run.
     consumer.set_delegate(move |delivery: lapin::message::DeliveryResult| {
-        let (push, delivered) = (push.clone(), Arc::clone(&delivered));
-        async move {
-            let delivery = match delivery {
-                Ok(Some(delivery)) => {
-                    delivered.fetch_add(1, Ordering::AcqRel);
-                    Ok(delivery)
-                }
-                // The consumer was cancelled: nothing more comes.
-                Ok(None) => return,
-                Err(error) => Err(error),
-            };
+        let delivery = match delivery {
+            Ok(Some(delivery)) => {
+                delivered.fetch_add(1, Ordering::AcqRel);
+                Some(Ok(delivery))
+            }
+            // The consumer was cancelled: nothing more comes.
+            Ok(None) => None,
+            Err(error) => Some(Err(error)),
+        };
+        if let Some(delivery) = delivery {
             // A closed receiver means the transport is gone or reconnected.
             let _ = push.send(delivery);
         }
+        std::future::ready(())
     });
     let link = Arc::new(Link {
         generation,
@@ -675,12 +681,19 @@ fn message_of(delivery: &lapin::message::Delivery) -> Message {
     let receive_count = header_number(properties, ATTEMPTS_HEADER)
         .saturating_add(header_number(properties, DELIVERY_COUNT_HEADER))
         .saturating_add(1);
+    let group_id = match header(properties, GROUP_ID_HEADER) {
+        Some(AMQPValue::LongString(text)) => {
+            Some(String::from_utf8_lossy(text.as_bytes()).into_owned())
+        }
+        Some(AMQPValue::ShortString(text)) => Some(text.to_string()),
+        _ => None,
+    };
     Message {
         id,
         body,
         attributes,
         receive_count,
-        group_id: None,
+        group_id,
     }
 }
 
@@ -792,6 +805,9 @@ impl Transport for RabbitMqTransport {
         let lease = queue.lease.as_secs();
         let max = queue.max_deliveries;
         Ok(QueueSettings {
+            queue_name: queue.name().to_owned(),
+            dead_letter_queue: true,
+            ordered_groups: false,
             lease: queue.lease,
             max_deliveries: Some(max),
             // Every retry is a fresh copy whose retention starts again.
@@ -803,6 +819,13 @@ impl Transport for RabbitMqTransport {
                  is a new copy, + the dead-letter queue's retention {retention} s"
             ),
         })
+    }
+
+    /// The group travels in a header the publisher sets; the broker does
+    /// not hold a group to one consumer, so order across processes needs a
+    /// single consumer process.
+    fn carries_groups(&self) -> bool {
+        true
     }
 }
 
@@ -858,6 +881,9 @@ impl Publisher for RabbitMqPublisher {
                 headers.insert(name.as_str().into(), string_value(value));
             }
             headers.insert(EVENT_ID_ATTRIBUTE.into(), string_value(&pending.event_id));
+            if let Some(group_id) = &event.group_id {
+                headers.insert(GROUP_ID_HEADER.into(), string_value(group_id));
+            }
             let properties = BasicProperties::default()
                 .with_message_id(pending.event_id.as_str().into())
                 .with_delivery_mode(PERSISTENT)

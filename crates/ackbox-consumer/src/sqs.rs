@@ -382,7 +382,9 @@ impl Transport for SqsTransport {
                     .or_else(|| policy["maxReceiveCount"].as_str()?.parse().ok())
             })
             .and_then(|count| u32::try_from(count).ok());
-        let (horizon, explanation) = match (max_deliveries, self.dead_letter_url().await?) {
+        let dead_letter_url = self.dead_letter_url().await?;
+        let dead_letter_queue = dead_letter_url.is_some();
+        let (horizon, explanation) = match (max_deliveries, dead_letter_url) {
             (Some(max), Some(dead_letter_url)) => {
                 let dead_letter = self.queue_attributes(&dead_letter_url).await?;
                 let dead_letter_retention = dead_letter
@@ -404,11 +406,27 @@ impl Transport for SqsTransport {
             ),
         };
         Ok(QueueSettings {
+            queue_name: self
+                .queue_url
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
             lease: Duration::from_secs(lease),
             max_deliveries,
             redelivery_horizon: Duration::from_secs(horizon),
             horizon_explanation: explanation,
+            dead_letter_queue,
+            // A FIFO queue hands out nothing more of a group while one of its
+            // messages is leased, so one consumer holds a group at a time.
+            ordered_groups: attributes
+                .get(&QueueAttributeName::FifoQueue)
+                .is_some_and(|fifo| fifo == "true"),
         })
+    }
+
+    fn carries_groups(&self) -> bool {
+        true
     }
 }
 

@@ -215,4 +215,8 @@ impl<T: Transport> Transport for UnreliableTransport<T> {
     async fn settings(&self) -> Result<QueueSettings, TransportError> {
         self.inner.settings().await
     }
+
+    fn carries_groups(&self) -> bool {
+        self.inner.carries_groups()
+    }
 }

@@ -8,8 +8,10 @@ use crate::error::{Failure, TransportError};
 use crate::message::Delivery;
 
 /// What the consumer learns about its queue at start.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct QueueSettings {
+    /// The queue's name, for logs.
+    pub queue_name: String,
     /// How long a delivery is leased before the broker may deliver it again.
     pub lease: Duration,
     /// Deliveries before the broker dead-letters a message, if it does.
@@ -20,6 +22,13 @@ pub struct QueueSettings {
     pub redelivery_horizon: Duration,
     /// The computation behind `redelivery_horizon`, for error messages.
     pub horizon_explanation: String,
+    /// Whether messages that fail for good have a dead-letter queue to go
+    /// to. Without one, a consumer refuses to start unless told otherwise.
+    pub dead_letter_queue: bool,
+    /// Whether the broker keeps each message group in order across
+    /// consumers: it hands out a group's messages in order and nothing more
+    /// of the group while one is leased (SQS FIFO queues).
+    pub ordered_groups: bool,
 }
 
 /// A queue the consumer can take messages from. Implementations must make
@@ -58,6 +67,11 @@ pub trait Transport: Send + Sync + 'static {
     async fn release(&self, delivery: &Delivery) -> Result<(), TransportError>;
     /// The queue's lease and redelivery horizon.
     async fn settings(&self) -> Result<QueueSettings, TransportError>;
+    /// Whether deliveries carry their message group ([`Message::group_id`](crate::Message::group_id)),
+    /// so that a consumer can keep each group in order.
+    fn carries_groups(&self) -> bool {
+        false
+    }
 }
 
 /// A shared transport, so a caller can keep a handle on it (to read a test
@@ -103,5 +117,9 @@ impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {
 
     async fn settings(&self) -> Result<QueueSettings, TransportError> {
         (**self).settings().await
+    }
+
+    fn carries_groups(&self) -> bool {
+        (**self).carries_groups()
     }
 }

@@ -10,10 +10,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ackbox_consumer::outbox::{Outbox, OutboxEvent, OutboxRelay};
 use ackbox_consumer::testing::{CrashPoint, Faults, UnreliableTransport};
 use ackbox_consumer::{
-    CancellationToken, Claim, ClaimRequest, Consumer, ConsumerError, Delivery, Failure, Inbox,
-    ResultHandler, RetryBudget, RetryPolicy, Transport,
+    CancellationToken, Claim, ClaimRequest, Consumer, ConsumerError, Delivery, Failure, GroupOrder,
+    Inbox, ResultHandler, RetryBudget, RetryPolicy, Transport,
 };
 use support::{Backend, Broker, Ledger, Script, SqsBroker, body, business_key, eventually};
 use tokio::task::JoinHandle;
@@ -787,7 +788,203 @@ async fn a_duplicate_gets_the_result_the_first_run_stored<K: Broker, B: Backend>
     );
 }
 
+async fn a_handler_that_hangs_is_cut_off_rolled_back_and_dead_lettered<K: Broker, B: Backend>(
+    backend: B,
+) {
+    // Heartbeats would keep a hung handler's lease forever; the handler
+    // timeout cancels it, rolls its transaction back, and the message
+    // leaves through the attempt limit like any transient failure.
+    let broker = K::start(2, 10).await;
+    broker.send(&body("hangs")).await;
+    let script = Arc::new(Script::default());
+    *script.delay.lock().unwrap() = Duration::from_secs(3_600);
+    let consumer = Arc::new(
+        consumer(&backend, broker.transport().await)
+            .retry(RetryPolicy::exponential(2, Duration::ZERO, Duration::ZERO))
+            .handler_timeout(Duration::from_millis(300))
+            .build()
+            .unwrap(),
+    );
+    run_until::<B, _, _, _>(
+        Arc::clone(&consumer),
+        Arc::clone(&script),
+        Duration::from_secs(20),
+        "the hung message is dead-lettered",
+        || async { consumer.stats().quarantined() == 1 && drained(&broker).await },
+    )
+    .await;
+    assert_eq!(consumer.stats().timeouts(), 2, "each attempt was cut off");
+    assert_eq!(script.calls("hangs"), 2, "bounded attempts");
+    assert_eq!(
+        broker.dead_letters().await,
+        [(body("hangs"), "HandlerTimeout".to_owned())]
+    );
+    assert_eq!(backend.total_effects().await, 0, "rolled back");
+}
+
+async fn the_outbox_event_id_is_the_default_effect_key<K: Broker, B: Backend>(backend: B) {
+    // A relay that dies after publishing publishes the event again, as a
+    // new message with the same event id: without an effect key of its
+    // own, the consumer keys on that id, so the event is one effect.
+    let broker = K::start(5, 10).await;
+    let outbox = backend.outbox();
+    outbox.migrate().await.unwrap();
+    let mut transaction = backend.inbox().begin().await.unwrap();
+    let event_id = outbox
+        .enqueue(
+            &mut transaction,
+            OutboxEvent::new(broker.destination(), body("paid")),
+        )
+        .await
+        .unwrap();
+    transaction.commit().await.unwrap();
+    let faults = Arc::new(Faults::new());
+    faults.crash_once(CrashPoint::AfterPublishBeforeMark, &event_id);
+    let relay = OutboxRelay::new(outbox, broker.publisher().await).faults(faults);
+    assert!(relay.run_once().await.unwrap().crashed);
+    assert_eq!(relay.run_once().await.unwrap().published, 1);
+    let consumer = Arc::new(
+        Consumer::builder("ledger")
+            .transport(broker.transport().await)
+            .inbox(backend.inbox())
+            .retry(quick_retries())
+            .wait(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    );
+    run_until::<B, _, _, _>(
+        Arc::clone(&consumer),
+        Arc::new(Script::default()),
+        Duration::from_secs(10),
+        "every copy is decided",
+        || async { drained(&broker).await && consumer.stats().applied() == 1 },
+    )
+    .await;
+    assert_eq!(backend.total_effects().await, 1, "one effect per event");
+}
+
+/// Records the group and sequence number of `{"group":…,"seq":…}` bodies
+/// in the ledger (key `group:seq`), after a random pause, failing each
+/// third step once.
+struct GroupSteps<B> {
+    failed_once: std::sync::Mutex<std::collections::HashSet<String>>,
+    backend: std::marker::PhantomData<fn() -> B>,
+}
+
+#[derive(serde::Deserialize)]
+struct GroupStep {
+    group: String,
+    seq: u32,
+}
+
+#[ackbox_consumer::async_trait]
+impl<B: Backend> ackbox_consumer::Handler<B::Db> for GroupSteps<B> {
+    async fn handle(
+        &self,
+        message: &ackbox_consumer::Message,
+        transaction: &mut sqlx::Transaction<'static, B::Db>,
+    ) -> Result<(), ackbox_consumer::HandlerError> {
+        use rand::Rng;
+        let step: GroupStep = message.json()?;
+        let key = format!("{}:{}", step.group, step.seq);
+        let pause = rand::rng().random_range(0..=8);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        if step.seq.is_multiple_of(3) && self.failed_once.lock().unwrap().insert(key.clone()) {
+            return Err(ackbox_consumer::HandlerError::transient("Flaky", "once"));
+        }
+        B::record(transaction, &key).await?;
+        Ok(())
+    }
+}
+
+async fn groups_required_over_any_transport_commit_in_publish_order<K: Broker, B: Backend>(
+    backend: B,
+) {
+    // Groups published through the outbox (the group travels with each
+    // message on every transport); one consumer process keeps them in order
+    // at full concurrency, a transient failure included: it is retried in
+    // place, so a retry copy never lands behind the group's later steps.
+    const GROUPS: u32 = 4;
+    const STEPS: u32 = 12;
+    let broker = K::start(10, 10).await;
+    let outbox = backend.outbox();
+    outbox.migrate().await.unwrap();
+    let mut transaction = backend.inbox().begin().await.unwrap();
+    for seq in 1..=STEPS {
+        for group in 0..GROUPS {
+            let group = format!("g{group}");
+            outbox
+                .enqueue(
+                    &mut transaction,
+                    OutboxEvent::new(
+                        broker.destination(),
+                        format!(r#"{{"group":"{group}","seq":{seq}}}"#),
+                    )
+                    .group(group),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    transaction.commit().await.unwrap();
+    let relay = OutboxRelay::new(outbox.clone(), broker.publisher().await);
+    while outbox.backlog().await.unwrap().unpublished > 0 {
+        relay.run_once().await.unwrap();
+    }
+    let consumer = Arc::new(
+        Consumer::builder("ledger")
+            .transport(broker.transport().await)
+            .inbox(backend.inbox())
+            .group_order(GroupOrder::Required)
+            .retry(quick_retries())
+            .wait(Duration::from_millis(200))
+            .build()
+            .unwrap(),
+    );
+    let shutdown = CancellationToken::new();
+    let task = {
+        let (consumer, shutdown) = (Arc::clone(&consumer), shutdown.clone());
+        tokio::spawn(async move {
+            consumer
+                .run(
+                    GroupSteps::<B> {
+                        failed_once: Default::default(),
+                        backend: std::marker::PhantomData,
+                    },
+                    shutdown,
+                )
+                .await
+        })
+    };
+    eventually(Duration::from_secs(30), "every step is applied", || async {
+        backend.total_effects().await == i64::from(GROUPS * STEPS) && drained(&broker).await
+    })
+    .await;
+    stop(shutdown, task).await;
+    let keys = backend.ledger_keys().await;
+    for group in 0..GROUPS {
+        let prefix = format!("g{group}:");
+        let steps: Vec<u32> = keys
+            .iter()
+            .filter_map(|key| key.strip_prefix(&prefix)?.parse().ok())
+            .collect();
+        assert_eq!(
+            steps,
+            (1..=STEPS).collect::<Vec<_>>(),
+            "group g{group}, in commit order"
+        );
+    }
+    assert_eq!(
+        consumer.stats().failed(),
+        u64::from(GROUPS * (STEPS / 3)),
+        "each third step failed once"
+    );
+}
+
 support::for_each_transport!([
+    a_handler_that_hangs_is_cut_off_rolled_back_and_dead_lettered,
+    the_outbox_event_id_is_the_default_effect_key,
+    groups_required_over_any_transport_commit_in_publish_order,
     worker_crash_after_commit_before_ack_is_a_duplicate_no_op,
     worker_crash_before_commit_applies_the_effect_once,
     visibility_too_short_a_concurrent_duplicate_does_not_double_commit,
@@ -806,7 +1003,33 @@ support::for_each_transport!([
     a_short_retry_is_not_held_behind_a_long_one,
 ]);
 
+async fn a_starting_consumer_does_not_wait_for_the_inbox_s_open_transactions<B: Backend>(
+    backend: B,
+) {
+    // A consumer creates its tables when it starts; with them there, that
+    // must not lock them: a handler's transaction is open on the inbox (as
+    // when other consumers run), and a restart must not stall behind it.
+    let inbox = backend.inbox();
+    inbox.migrate().await.unwrap();
+    let mut open = inbox.begin().await.unwrap();
+    let claim = ClaimRequest {
+        consumer: "ledger",
+        effect_key: "in-progress",
+        fingerprint: "f",
+        message_id: "m",
+        now_ms: 1,
+        expires_at_ms: i64::MAX,
+    };
+    assert_eq!(inbox.claim(&mut open, claim).await.unwrap(), Claim::Fresh);
+    tokio::time::timeout(Duration::from_secs(5), inbox.migrate())
+        .await
+        .expect("the migration waited for a handler's transaction")
+        .unwrap();
+    open.rollback().await.unwrap();
+}
+
 support::for_each_backend!(
     without_ackbox_extensions_failures_use_plain_sqs_calls,
     expired_inbox_records_are_purged,
+    a_starting_consumer_does_not_wait_for_the_inbox_s_open_transactions,
 );

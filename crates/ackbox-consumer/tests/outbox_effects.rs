@@ -12,13 +12,15 @@ use std::time::Duration;
 
 use ackbox_consumer::effects::{CallError, EffectError, EffectState, EffectStore, Effects, Lookup};
 use ackbox_consumer::outbox::{EVENT_ID_ATTRIBUTE, Outbox, OutboxEvent, OutboxRelay};
-use ackbox_consumer::projection::{GapPolicy, Projection, Verdict};
+use ackbox_consumer::projection::{GapPolicy, Projection, Verdict, VersionStore};
 use ackbox_consumer::testing::{CrashPoint, Faults};
 use ackbox_consumer::{
-    CancellationToken, Consumer, Handler, HandlerError, Inbox, Message, REPLAY_ATTRIBUTE,
+    CancellationToken, Consumer, Handler, HandlerError, Inbox, Message, OnReplay, REPLAY_ATTRIBUTE,
     SqsPublisher, async_trait,
 };
 use aws_sdk_sqs::types::MessageAttributeValue;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use sqlx::Transaction;
 use support::{Backend, Broker, Ledger, Script, SqsBroker, body, eventually};
 
@@ -335,6 +337,315 @@ async fn out_of_order_events_leave_the_projection_at_the_newest_version<B: Backe
     );
 }
 
+/// The race a missing lock lets through: T1 applies v2 of a fresh aggregate
+/// and has not committed; T2 judges v1. T2 must wait for T1 and then see v2.
+async fn a_first_event_judged_behind_an_uncommitted_newer_one_waits_and_is_stale<B: Backend>(
+    backend: B,
+) {
+    let store = backend.effect_store();
+    store.migrate().await.unwrap();
+    let projection = Projection::new(store.clone(), "order-status");
+    let mut first = backend.inbox().begin().await.unwrap();
+    assert_eq!(
+        projection
+            .apply_if_newer(&mut first, "order-1", 2)
+            .await
+            .unwrap(),
+        Verdict::Apply
+    );
+    let (session_sender, session) = tokio::sync::oneshot::channel();
+    let second = tokio::spawn({
+        let (inbox, projection) = (backend.inbox(), projection.clone());
+        async move {
+            let mut transaction = inbox.begin().await.unwrap();
+            session_sender
+                .send(B::session(&mut transaction).await)
+                .unwrap();
+            let verdict = projection
+                .apply_if_newer(&mut transaction, "order-1", 1)
+                .await
+                .unwrap();
+            transaction.commit().await.unwrap();
+            verdict
+        }
+    });
+    backend
+        .until_waiting_for_a_lock(session.await.unwrap())
+        .await;
+    assert!(
+        !second.is_finished(),
+        "the second judgment waits for the first transaction"
+    );
+    first.commit().await.unwrap();
+    assert_eq!(second.await.unwrap(), Verdict::Stale);
+    assert_eq!(
+        backend.stored_version("order-status", "order-1").await,
+        Some(2),
+        "the stored version never goes down"
+    );
+    // Nor by a write that skipped the judgment.
+    let mut unjudged = backend.inbox().begin().await.unwrap();
+    store
+        .set_version(&mut unjudged, "order-status", "order-1", 1)
+        .await
+        .unwrap();
+    unjudged.commit().await.unwrap();
+    assert_eq!(
+        backend.stored_version("order-status", "order-1").await,
+        Some(2)
+    );
+}
+
+/// Many first events of a few aggregates at once, each in its own
+/// transaction that logs what it applied: per aggregate, what was applied
+/// rises in commit order and ends at the newest version sent.
+async fn concurrent_events_of_fresh_aggregates_are_applied_in_rising_order<B: Backend>(backend: B) {
+    const TASKS: usize = 20;
+    const AGGREGATES: [&str; 3] = ["order-1", "order-2", "order-3"];
+    let store = backend.effect_store();
+    store.migrate().await.unwrap();
+    let projection = Projection::new(store, "order-status");
+    let seed: u64 = rand::random();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let events: Vec<(&'static str, i64)> = (0..TASKS)
+        .map(|index| {
+            (
+                AGGREGATES[index % AGGREGATES.len()],
+                rng.random_range(1..=8),
+            )
+        })
+        .collect();
+    let start = Arc::new(tokio::sync::Barrier::new(TASKS));
+    let tasks: Vec<_> = events
+        .iter()
+        .map(|&(aggregate, version)| {
+            let (inbox, projection, start) =
+                (backend.inbox(), projection.clone(), Arc::clone(&start));
+            tokio::spawn(async move {
+                start.wait().await;
+                let mut transaction = inbox.begin().await.unwrap();
+                let verdict = projection
+                    .apply_if_newer(&mut transaction, aggregate, version)
+                    .await
+                    .unwrap();
+                if verdict == Verdict::Apply {
+                    // Held open a moment, so that the others pile up behind it.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    B::record(&mut transaction, &format!("{aggregate}:{version}"))
+                        .await
+                        .unwrap();
+                }
+                transaction.commit().await.unwrap();
+                verdict
+            })
+        })
+        .collect();
+    let mut applied_verdicts = 0;
+    for task in tasks {
+        if task.await.unwrap() == Verdict::Apply {
+            applied_verdicts += 1;
+        }
+    }
+    let mut applied: HashMap<String, Vec<i64>> = HashMap::new();
+    let logged = backend.ledger_keys().await;
+    assert_eq!(logged.len(), applied_verdicts, "seed {seed}");
+    for key in logged {
+        let (aggregate, version) = key.rsplit_once(':').unwrap();
+        applied
+            .entry(aggregate.to_owned())
+            .or_default()
+            .push(version.parse().unwrap());
+    }
+    for aggregate in AGGREGATES {
+        let sent: Vec<i64> = events
+            .iter()
+            .filter(|(of, _)| *of == aggregate)
+            .map(|(_, version)| *version)
+            .collect();
+        let newest = sent.iter().copied().max();
+        let order = applied.get(aggregate).cloned().unwrap_or_default();
+        assert!(
+            order.windows(2).all(|pair| pair[0] < pair[1]),
+            "seed {seed}: {aggregate} sent {sent:?}, applied {order:?} in commit order"
+        );
+        assert_eq!(order.last().copied(), newest, "seed {seed}: {aggregate}");
+        assert_eq!(
+            backend.stored_version("order-status", aggregate).await,
+            newest,
+            "seed {seed}: {aggregate} sent {sent:?}"
+        );
+    }
+}
+
+/// A provider that counts its calls and the idempotency keys they carried.
+#[derive(Default)]
+struct Provider {
+    idempotency_keys: Mutex<Vec<String>>,
+    started: tokio::sync::Notify,
+}
+
+impl Provider {
+    fn calls(&self) -> usize {
+        self.idempotency_keys.lock().unwrap().len()
+    }
+
+    fn keys_sent_for(&self, effect_key: &str) -> Vec<String> {
+        self.idempotency_keys
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|key| key.as_str() == effect_key)
+            .cloned()
+            .collect()
+    }
+
+    async fn charge(&self, idempotency_key: String) -> Result<String, CallError> {
+        let reference = format!("ch_{idempotency_key}");
+        self.idempotency_keys.lock().unwrap().push(idempotency_key);
+        Ok(reference)
+    }
+
+    /// A call that never answers.
+    async fn hang(&self, idempotency_key: String) -> Result<String, CallError> {
+        self.idempotency_keys.lock().unwrap().push(idempotency_key);
+        self.started.notify_one();
+        std::future::pending().await
+    }
+}
+
+/// Leaves `key` the way a process dying mid-call does: PENDING, its call
+/// made and never answered, the run gone.
+async fn crash_mid_call<S: EffectStore + Clone>(
+    effects: &Effects<S>,
+    provider: &Arc<Provider>,
+    key: &str,
+) {
+    let run = tokio::spawn({
+        let (effects, provider, key) = (effects.clone(), Arc::clone(provider), key.to_owned());
+        async move { effects.run(&key, |sent| provider.hang(sent)).await }
+    });
+    provider.started.notified().await;
+    run.abort();
+    assert!(
+        run.await.unwrap_err().is_cancelled(),
+        "the run dies before its call times out"
+    );
+    let record = effects.store().get(key).await.unwrap().unwrap();
+    assert_eq!(record.state, EffectState::Pending);
+}
+
+async fn an_effect_left_pending_by_a_crash_is_reconciled_not_stuck_and_not_repeated<B: Backend>(
+    backend: B,
+) {
+    let store = backend.effect_store();
+    store.migrate().await.unwrap();
+    // A bound not longer than twice the timeout is raised: a live call may
+    // last the whole timeout.
+    assert_eq!(
+        Effects::new(store.clone())
+            .timeout(Duration::from_secs(1))
+            .stale_pending_after(Duration::from_millis(100))
+            .stale_pending_bound(),
+        Duration::from_secs(2)
+    );
+    assert_eq!(
+        Effects::new(store.clone()).stale_pending_bound(),
+        Duration::from_secs(60)
+    );
+    let bound = Duration::from_millis(300);
+    let effects = Effects::new(store.clone())
+        .timeout(Duration::from_millis(150))
+        .stale_pending_after(bound);
+    assert_eq!(effects.stale_pending_bound(), bound);
+    let provider = Arc::new(Provider::default());
+    let charge = |key: String| {
+        let provider = Arc::clone(&provider);
+        async move { provider.charge(key).await }
+    };
+
+    // A fresh PENDING may be a call in progress: no second call.
+    crash_mid_call(&effects, &provider, "charge:order-1").await;
+    let again = effects.run("charge:order-1", charge).await;
+    assert!(matches!(again, Err(EffectError::Pending(_))), "{again:?}");
+    assert_eq!(provider.calls(), 1);
+    // Past the bound it is as ambiguous as a timeout: UNKNOWN, still no call.
+    tokio::time::sleep(bound + Duration::from_millis(50)).await;
+    let stale = effects.run("charge:order-1", charge).await;
+    assert!(matches!(stale, Err(EffectError::Unknown(_))), "{stale:?}");
+    assert_eq!(provider.calls(), 1, "never called blindly");
+    let record = store.get("charge:order-1").await.unwrap().unwrap();
+    assert_eq!(record.state, EffectState::Unknown);
+    let reconciled = effects
+        .reconcile(
+            |record| async move { Lookup::Succeeded(format!("ch_{}", record.idempotency_key)) },
+        )
+        .await
+        .unwrap();
+    assert_eq!((reconciled.stale_pending, reconciled.succeeded), (0, 1));
+
+    // Reconciliation leaves a fresh PENDING alone, and picks a stale one up:
+    // found done at the provider, it is SUCCEEDED without a second call.
+    crash_mid_call(&effects, &provider, "charge:order-2").await;
+    let asked = Arc::new(AtomicU32::new(0));
+    let found = |record: ackbox_consumer::effects::EffectRecord| {
+        let asked = Arc::clone(&asked);
+        async move {
+            asked.fetch_add(1, Ordering::SeqCst);
+            Lookup::Succeeded(format!("ch_{}", record.idempotency_key))
+        }
+    };
+    assert_eq!(
+        effects.reconcile(found).await.unwrap(),
+        Default::default(),
+        "a call possibly in progress is not reconciled"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 0);
+    assert_eq!(
+        store.get("charge:order-2").await.unwrap().unwrap().state,
+        EffectState::Pending
+    );
+    tokio::time::sleep(bound + Duration::from_millis(50)).await;
+    let reconciled = effects.reconcile(found).await.unwrap();
+    assert_eq!((reconciled.stale_pending, reconciled.succeeded), (1, 1));
+    assert_eq!(
+        store.get("charge:order-2").await.unwrap().unwrap().state,
+        EffectState::Succeeded
+    );
+    let calls = provider.calls();
+    assert_eq!(
+        effects.run("charge:order-2", charge).await.unwrap(),
+        "ch_charge:order-2"
+    );
+    assert_eq!(provider.calls(), calls, "the stored reference, no call");
+
+    // Not found at the provider: RETRY, and the next run calls again, once,
+    // with the same idempotency key.
+    crash_mid_call(&effects, &provider, "charge:order-3").await;
+    tokio::time::sleep(bound + Duration::from_millis(50)).await;
+    let reconciled = effects
+        .reconcile(|_| async { Lookup::NotFound })
+        .await
+        .unwrap();
+    assert_eq!((reconciled.stale_pending, reconciled.retried), (1, 1));
+    let calls = provider.calls();
+    assert_eq!(
+        effects.run("charge:order-3", charge).await.unwrap(),
+        "ch_charge:order-3"
+    );
+    assert_eq!(
+        effects.run("charge:order-3", charge).await.unwrap(),
+        "ch_charge:order-3"
+    );
+    assert_eq!(provider.calls(), calls + 1, "exactly one more call");
+    assert_eq!(
+        provider.keys_sent_for("charge:order-3").len(),
+        2,
+        "the crashed call and its retry, with the same idempotency key"
+    );
+    let record = store.get("charge:order-3").await.unwrap().unwrap();
+    assert_eq!((record.state, record.attempts), (EffectState::Succeeded, 2));
+}
+
 /// The ledger, declared safe to replay (a pure database effect).
 struct ReplaySafe<B>(Ledger<B>);
 
@@ -348,8 +659,8 @@ impl<B: Backend> Handler<B::Db> for ReplaySafe<B> {
         self.0.handle(message, transaction).await
     }
 
-    fn replay_safe(&self) -> bool {
-        true
+    fn on_replay(&self) -> OnReplay {
+        OnReplay::ApplyOnce
     }
 }
 
@@ -545,6 +856,9 @@ support::for_each_transport!([
 support::for_each_backend!(
     external_api_timeout_is_unknown_then_reconciled_never_a_blind_second_charge,
     out_of_order_events_leave_the_projection_at_the_newest_version,
+    a_first_event_judged_behind_an_uncommitted_newer_one_waits_and_is_stale,
+    concurrent_events_of_fresh_aggregates_are_applied_in_rising_order,
+    an_effect_left_pending_by_a_crash_is_reconciled_not_stuck_and_not_repeated,
     a_replay_triggers_no_irreversible_effect,
     several_relays_publish_each_event_once_and_fifo_queues_drop_republished_copies,
 );

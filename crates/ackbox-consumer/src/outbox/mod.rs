@@ -7,7 +7,18 @@
 //! LOCKED`). A relay that dies after publishing and before marking publishes
 //! the event again later: every copy carries the same event id (the
 //! `ackbox.event_id` attribute, and the `MessageDeduplicationId` on FIFO
-//! queues), so consumers keyed on it apply it once.
+//! queues), so consumers keyed on it apply it once — it is their default
+//! effect key.
+//!
+//! Events are published in the order they were enqueued, and the events of
+//! one group (`OutboxEvent::group`) wait behind an earlier one of the group
+//! that failed to publish and waits for its retry; on PostgreSQL one relay
+//! at a time publishes a group. So a FIFO queue receives each group in the
+//! order its events were written.
+//!
+//! An event enqueued by a handler inherits the handled message's lineage:
+//! its `correlation_id` attribute (or, when it has none, its event id) and,
+//! as `causation_id`, its event id — unless the event sets its own.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -26,8 +37,8 @@ mod sqlite;
 pub use postgres::PgOutbox;
 pub use sqlite::SqliteOutbox;
 
-/// The message attribute that carries an outbox event's id.
-pub const EVENT_ID_ATTRIBUTE: &str = "ackbox.event_id";
+pub use crate::message::EVENT_ID_ATTRIBUTE;
+use crate::message::{CAUSATION_ID_ATTRIBUTE, CORRELATION_ID_ATTRIBUTE};
 
 /// An event to publish once the transaction commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +73,21 @@ impl OutboxEvent {
     /// Adds a string message attribute.
     pub fn attribute(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.attributes.insert(name.into(), value.into());
+        self
+    }
+
+    /// The event with the lineage of the message being handled, when it is
+    /// enqueued from a handler: the same correlation id, and that message's
+    /// event id as its cause — unless the event names its own.
+    fn with_lineage(mut self) -> Self {
+        if let Some(handling) = crate::context::current() {
+            self.attributes
+                .entry(CORRELATION_ID_ATTRIBUTE.to_owned())
+                .or_insert(handling.correlation_id);
+            self.attributes
+                .entry(CAUSATION_ID_ATTRIBUTE.to_owned())
+                .or_insert(handling.event_id);
+        }
         self
     }
 }
@@ -302,9 +328,20 @@ impl<O: Outbox, P: Publisher> OutboxRelay<O, P> {
 
 /// Implements [`Outbox`] for one database: the same SQL text on both, with
 /// the invoking module's `migrate`, `begin_relay` (how a relay pass takes
-/// its transaction) and the row-lock clause of the pass's select.
+/// its transaction), the column that orders events as they were enqueued,
+/// the clause that keeps a group to one relay at a time, and the row-lock
+/// clause of the pass's select.
 macro_rules! sql_outbox {
-    ($outbox:ident, $database:ty, $pool:ty, $name:literal, $note:literal, $lock:literal) => {
+    (
+        $outbox:ident,
+        $database:ty,
+        $pool:ty,
+        $name:literal,
+        $note:literal,
+        position = $position:literal,
+        group_lock = $group_lock:literal,
+        lock = $lock:literal
+    ) => {
         #[doc = concat!("An outbox in the application's ", $name, " database (table `ackbox_outbox`).", $note)]
         #[derive(Debug, Clone)]
         pub struct $outbox {
@@ -348,6 +385,7 @@ macro_rules! sql_outbox {
                 transaction: &mut Transaction<'static, $database>,
                 event: OutboxEvent,
             ) -> Result<String, sqlx::Error> {
+                let event = event.with_lineage();
                 let event_id = new_event_id();
                 let now = now_ms();
                 sqlx::query(
@@ -375,11 +413,24 @@ macro_rules! sql_outbox {
             ) -> Result<RelayPass, sqlx::Error> {
                 let now = now_ms();
                 let mut transaction = begin_relay(&self.pool).await?;
+                // Events go out in the order they were enqueued. A group's
+                // events wait behind an earlier one of the group that waits
+                // for its retry, and a group is published by one relay at a
+                // time: a FIFO queue receives each group in order.
                 let rows: Vec<Row> = sqlx::query_as(concat!(
                     "SELECT event_id, destination, body, attributes, group_id, CAST(attempts AS BIGINT)
-                     FROM ackbox_outbox
+                     FROM ackbox_outbox AS candidate
                      WHERE published_at IS NULL AND next_attempt_at <= $1
-                     ORDER BY created_at, event_id LIMIT $2",
+                       AND NOT EXISTS (
+                           SELECT 1 FROM ackbox_outbox AS earlier
+                           WHERE earlier.published_at IS NULL
+                             AND earlier.destination = candidate.destination
+                             AND earlier.group_id = candidate.group_id
+                             AND earlier.next_attempt_at > $1
+                             AND earlier.", $position, " < candidate.", $position, ")",
+                    $group_lock,
+                    "
+                     ORDER BY candidate.", $position, " LIMIT $2",
                     $lock
                 ))
                 .bind(now)

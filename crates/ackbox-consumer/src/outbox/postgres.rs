@@ -12,16 +12,17 @@ use crate::consumer::now_ms;
 use crate::retry::RetryPolicy;
 use crate::testing::Faults;
 
-/// Creates the table; relays and applications starting together take turns.
+/// Creates the table unless it is there (see `schema.rs`).
 async fn migrate(pool: &PgPool) -> Result<(), sqlx::Error> {
-    let mut transaction = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('ackbox_outbox'))")
-        .execute(&mut *transaction)
-        .await?;
-    sqlx::raw_sql(include_str!("../../migrations/postgres/0002_outbox.sql"))
-        .execute(&mut *transaction)
-        .await?;
-    transaction.commit().await
+    crate::schema::ensure_postgres(
+        pool,
+        "ackbox_outbox_pending_groups",
+        &[
+            include_str!("../../migrations/postgres/0002_outbox.sql"),
+            include_str!("../../migrations/postgres/0004_outbox_order.sql"),
+        ],
+    )
+    .await
 }
 
 async fn begin_relay(pool: &PgPool) -> Result<Transaction<'static, Postgres>, sqlx::Error> {
@@ -34,5 +35,11 @@ sql_outbox!(
     PgPool,
     "PostgreSQL",
     "",
-    "\n FOR UPDATE SKIP LOCKED"
+    position = "position",
+    // A group another relay is publishing is left to it: its lock is held
+    // until that pass commits its marks.
+    group_lock = "
+       AND (candidate.group_id IS NULL
+            OR pg_try_advisory_xact_lock(hashtext(candidate.destination), hashtext(candidate.group_id)))",
+    lock = "\n FOR UPDATE SKIP LOCKED"
 );

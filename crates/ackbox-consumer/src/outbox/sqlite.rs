@@ -15,8 +15,13 @@ use crate::testing::Faults;
 async fn migrate(pool: &SqlitePool) -> Result<(), sqlx::Error> {
     sqlx::raw_sql(include_str!("../../migrations/sqlite/0002_outbox.sql"))
         .execute(pool)
-        .await
-        .map(drop)
+        .await?;
+    sqlx::raw_sql(include_str!(
+        "../../migrations/sqlite/0004_outbox_order.sql"
+    ))
+    .execute(pool)
+    .await
+    .map(drop)
 }
 
 /// Takes the write lock up front, so the pass's marks never fail to
@@ -31,5 +36,9 @@ sql_outbox!(
     SqlitePool,
     "SQLite",
     " Run one relay per database: SQLite has one writer at a time.",
-    ""
+    // A rowid table numbers rows as they are inserted (above every row it
+    // still holds), which is the order events were enqueued.
+    position = "rowid",
+    group_lock = "",
+    lock = ""
 );

@@ -3,7 +3,7 @@
 //! (SQLite or PostgreSQL) with a ledger table that counts business effects,
 //! and a scriptable handler.
 
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_macros, unused_imports)]
 
 pub mod nats;
 pub mod rabbitmq;
@@ -81,6 +81,11 @@ pub trait LedgerSql {
     async fn effects(&self, key: &str) -> i64;
     async fn total_effects(&self) -> i64;
     async fn distinct_effects(&self) -> i64;
+    /// Every ledger row's key, in the order the rows were written.
+    async fn ledger_keys(&self) -> Vec<String>;
+    /// The version row of `aggregate_id` in the projection guard's table,
+    /// read as it is stored (0 stands for a row locked before any version).
+    async fn stored_version(&self, projection: &str, aggregate_id: &str) -> Option<i64>;
 }
 
 macro_rules! ledger_sql {
@@ -121,6 +126,25 @@ macro_rules! ledger_sql {
                     .await
                     .unwrap()
             }
+
+            async fn ledger_keys(&self) -> Vec<String> {
+                sqlx::query_scalar("SELECT effect_key FROM ledger ORDER BY id")
+                    .fetch_all(&self.pool)
+                    .await
+                    .unwrap()
+            }
+
+            async fn stored_version(&self, projection: &str, aggregate_id: &str) -> Option<i64> {
+                sqlx::query_scalar(
+                    "SELECT version FROM ackbox_projection_versions
+                     WHERE projection = $1 AND aggregate_id = $2",
+                )
+                .bind(projection)
+                .bind(aggregate_id)
+                .fetch_optional(&self.pool)
+                .await
+                .unwrap()
+            }
         }
     };
 }
@@ -138,6 +162,13 @@ pub trait Backend: LedgerSql + Send + Sync + Sized + 'static {
     fn inbox(&self) -> Self::Inbox;
     fn outbox(&self) -> Self::Outbox;
     fn effect_store(&self) -> Self::Effects;
+    /// The database session `transaction` runs on, where the database can
+    /// name it (PostgreSQL's backend pid).
+    async fn session(transaction: &mut Transaction<'static, Self::Db>) -> Option<i32>;
+    /// Returns once `session` waits for a lock another transaction holds.
+    /// SQLite cannot say: it waits a moment, and the caller checks that the
+    /// blocked work has not finished.
+    async fn until_waiting_for_a_lock(&self, session: Option<i32>);
 }
 
 pub struct SqliteBackend {
@@ -180,6 +211,14 @@ impl Backend for SqliteBackend {
 
     fn effect_store(&self) -> SqliteEffectStore {
         SqliteEffectStore::new(self.pool.clone())
+    }
+
+    async fn session(_: &mut Transaction<'static, Sqlite>) -> Option<i32> {
+        None
+    }
+
+    async fn until_waiting_for_a_lock(&self, _: Option<i32>) {
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
 }
 
@@ -245,6 +284,35 @@ impl Backend for PostgresBackend {
 
     fn effect_store(&self) -> PgEffectStore {
         PgEffectStore::new(self.pool.clone())
+    }
+
+    async fn session(transaction: &mut Transaction<'static, Postgres>) -> Option<i32> {
+        Some(
+            sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut **transaction)
+                .await
+                .unwrap(),
+        )
+    }
+
+    async fn until_waiting_for_a_lock(&self, session: Option<i32>) {
+        let pid = session.expect("a PostgreSQL session has a backend pid");
+        eventually(
+            Duration::from_secs(10),
+            "the session waits for a lock",
+            || async {
+                let waiting = sqlx::query_scalar::<_, Option<String>>(
+                    "SELECT wait_event_type FROM pg_stat_activity WHERE pid = $1",
+                )
+                .bind(pid)
+                .fetch_optional(&self.pool)
+                .await
+                .unwrap()
+                .flatten();
+                waiting.as_deref() == Some("Lock")
+            },
+        )
+        .await;
     }
 }
 

@@ -19,6 +19,103 @@ pub struct SqsBroker {
 }
 
 impl SqsBroker {
+    /// A broker whose queue is FIFO: `work.fifo` (lease `lease_seconds`)
+    /// dead-lettering to `work-dlq.fifo` after `max_receive` receives.
+    pub async fn start_fifo(lease_seconds: u32, max_receive: u32) -> Self {
+        Self::start_named(
+            "work.fifo",
+            "work-dlq.fifo",
+            lease_seconds,
+            Some(max_receive),
+        )
+        .await
+    }
+
+    /// A broker whose queue `work` has no dead-letter queue.
+    pub async fn start_without_dead_letter_queue(lease_seconds: u32) -> Self {
+        Self::start_named("work", "work-dlq", lease_seconds, None).await
+    }
+
+    async fn start_named(
+        name: &str,
+        dead_letter_name: &str,
+        lease_seconds: u32,
+        max_receive: Option<u32>,
+    ) -> Self {
+        let server = TestServer::builder()
+            .credentials(
+                "[[keys]]\naccess_key_id = \"CONSUMER\"\n\
+                 secret_access_key = \"consumer-secret-0123456789\"\n\
+                 allow_queues = [\"*\"]\nallow_actions = [\"*\"]\n",
+            )
+            .start()
+            .await;
+        let client = server.client_with_key("CONSUMER", "consumer-secret-0123456789");
+        let fifo: Vec<(QueueAttributeName, String)> = if name.ends_with(".fifo") {
+            vec![(QueueAttributeName::FifoQueue, "true".to_owned())]
+        } else {
+            Vec::new()
+        };
+        let dlq_url = create(&client, dead_letter_name, &fifo).await;
+        let dlq_arn = attribute(&client, &dlq_url, QueueAttributeName::QueueArn).await;
+        let mut attributes = fifo;
+        attributes.push((
+            QueueAttributeName::VisibilityTimeout,
+            lease_seconds.to_string(),
+        ));
+        if let Some(max_receive) = max_receive {
+            attributes.push((
+                QueueAttributeName::RedrivePolicy,
+                format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":{max_receive}}}"#),
+            ));
+        }
+        let url = create(&client, name, &attributes).await;
+        Self {
+            server,
+            client,
+            url,
+            dlq_url,
+        }
+    }
+
+    /// Sends `body` in `group` (a FIFO queue's deduplication id is `body`).
+    pub async fn send_in_group(&self, body: &str, group: Option<&str>) -> String {
+        let mut request = self
+            .client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body);
+        if let Some(group) = group {
+            request = request.message_group_id(group);
+        }
+        if self.url.ends_with(".fifo") {
+            use sha2::Digest;
+            request = request
+                .message_deduplication_id(hex::encode(sha2::Sha256::digest(body.as_bytes())));
+        }
+        request.send().await.unwrap().message_id.unwrap()
+    }
+
+    /// Sends `body` with string message attributes.
+    pub async fn send_with_attributes(&self, body: &str, attributes: &[(&str, &str)]) -> String {
+        let mut request = self
+            .client
+            .send_message()
+            .queue_url(&self.url)
+            .message_body(body);
+        for (name, value) in attributes {
+            request = request.message_attributes(
+                *name,
+                aws_sdk_sqs::types::MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(*value)
+                    .build()
+                    .unwrap(),
+            );
+        }
+        request.send().await.unwrap().message_id.unwrap()
+    }
+
     /// The transport as it would run against AWS: plain SQS calls only.
     pub fn aws_transport(&self) -> SqsTransport {
         SqsTransport::new(self.client.clone(), &self.url)
@@ -89,37 +186,7 @@ impl Broker for SqsBroker {
     }
 
     async fn start(lease_seconds: u32, max_receive: u32) -> Self {
-        let server = TestServer::builder()
-            .credentials(
-                "[[keys]]\naccess_key_id = \"CONSUMER\"\n\
-                 secret_access_key = \"consumer-secret-0123456789\"\n\
-                 allow_queues = [\"*\"]\nallow_actions = [\"*\"]\n",
-            )
-            .start()
-            .await;
-        let client = server.client_with_key("CONSUMER", "consumer-secret-0123456789");
-        let dlq_url = create(&client, "work-dlq", &[]).await;
-        let dlq_arn = attribute(&client, &dlq_url, QueueAttributeName::QueueArn).await;
-        let policy =
-            format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":{max_receive}}}"#);
-        let url = create(
-            &client,
-            "work",
-            &[
-                (
-                    QueueAttributeName::VisibilityTimeout,
-                    lease_seconds.to_string(),
-                ),
-                (QueueAttributeName::RedrivePolicy, policy),
-            ],
-        )
-        .await;
-        Self {
-            server,
-            client,
-            url,
-            dlq_url,
-        }
+        Self::start_named("work", "work-dlq", lease_seconds, Some(max_receive)).await
     }
 
     async fn transport(&self) -> SqsTransport {
