@@ -1,12 +1,13 @@
 //! A fake payment gateway over HTTP that behaves like a real one where it
 //! matters: it honours idempotency keys (a repeated key returns the first
 //! charge), it can be asked what happened to a key, and — on purpose — it
-//! sometimes charges and then answers too late.
+//! sometimes charges and then answers too late. Its [`Ledger`] counts every
+//! charge call, a repeated key included, apart from the charges it made.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ackbox_consumer::effects::{CallError, Lookup};
@@ -21,25 +22,89 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use rand::Rng;
 
-/// What the gateway did, for the report.
+/// What the gateway saw and did, for the report. It keeps charge *calls*
+/// apart from *charges*: a request under an idempotency key it has seen
+/// before is a second call (the client did call twice, and a provider that
+/// does not deduplicate would have charged twice) but not a second charge.
 #[derive(Debug, Default)]
 pub struct Ledger {
+    book: Mutex<Book>,
+    slow_answers: AtomicU64,
+}
+
+/// The ledger's counts, under one lock so that calls and charges agree.
+#[derive(Debug, Default)]
+struct Book {
     /// Charges by idempotency key: (charge id, order id).
-    pub charges: Mutex<HashMap<String, (String, u64)>>,
-    /// Charge requests received.
-    pub requests: AtomicU64,
-    /// Requests answered too late on purpose.
-    pub slow_answers: AtomicU64,
+    charges: HashMap<String, (String, u64)>,
+    /// Charge calls by order id, repeated idempotency keys included.
+    calls_per_order: HashMap<u64, u64>,
+    /// Every charge call.
+    calls: u64,
+    /// Calls whose idempotency key had been seen before.
+    repeated_key_calls: u64,
 }
 
 impl Ledger {
-    /// Charges per order id.
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        // A panic while the lock is held leaves the counts whole (every
+        // update is a single insert or increment), so a poisoned lock is
+        // still worth reading.
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a charge call for `order_id` under `idempotency_key`; returns
+    /// the charge id — the first one made under that key.
+    fn charge(&self, idempotency_key: &str, order_id: u64) -> String {
+        let mut book = self.book();
+        book.calls += 1;
+        *book.calls_per_order.entry(order_id).or_insert(0) += 1;
+        if let Some((charge_id, _)) = book.charges.get(idempotency_key) {
+            let charge_id = charge_id.clone();
+            book.repeated_key_calls += 1;
+            return charge_id;
+        }
+        let charge_id = format!("ch_{}", book.charges.len() + 1);
+        book.charges
+            .insert(idempotency_key.to_owned(), (charge_id.clone(), order_id));
+        charge_id
+    }
+
+    fn charge_for_key(&self, idempotency_key: &str) -> Option<String> {
+        self.book()
+            .charges
+            .get(idempotency_key)
+            .map(|(charge_id, _)| charge_id.clone())
+    }
+
+    /// Charge calls received, repeated idempotency keys included.
+    pub fn calls(&self) -> u64 {
+        self.book().calls
+    }
+
+    /// Charge calls that repeated an idempotency key seen before (answered
+    /// with the first charge, not charged again).
+    pub fn repeated_key_calls(&self) -> u64 {
+        self.book().repeated_key_calls
+    }
+
+    /// Charge calls per order id, repeated idempotency keys included.
+    pub fn calls_per_order(&self) -> HashMap<u64, u64> {
+        self.book().calls_per_order.clone()
+    }
+
+    /// Distinct charges made per order id (one per idempotency key).
     pub fn charges_per_order(&self) -> HashMap<u64, u64> {
         let mut per_order = HashMap::new();
-        for (_, order_id) in self.charges.lock().expect("ledger lock").values() {
+        for (_, order_id) in self.book().charges.values() {
             *per_order.entry(*order_id).or_insert(0) += 1;
         }
         per_order
+    }
+
+    /// Answers held back on purpose until the client had given up.
+    pub fn slow_answers(&self) -> u64 {
+        self.slow_answers.load(Ordering::SeqCst)
     }
 }
 
@@ -69,16 +134,9 @@ async fn charge(
     let Some(order_id) = order_id else {
         return (StatusCode::BAD_REQUEST, "order_id is required".into());
     };
-    let requests = gateway.ledger.requests.fetch_add(1, Ordering::SeqCst) + 1;
-    let charge_id = gateway
-        .ledger
-        .charges
-        .lock()
-        .expect("ledger lock")
-        .entry(key.to_owned())
-        .or_insert_with(|| (format!("ch_{requests}"), order_id))
-        .0
-        .clone();
+    // Charged before the answer is delayed: a client that gives up waiting
+    // has been charged all the same, which is what makes a timeout ambiguous.
+    let charge_id = gateway.ledger.charge(key, order_id);
     if rand::rng().random_bool(gateway.slow_probability) {
         gateway.ledger.slow_answers.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(gateway.slow_by).await;
@@ -93,14 +151,8 @@ async fn lookup(
     State(gateway): State<Arc<Gateway>>,
     Path(key): Path<String>,
 ) -> (StatusCode, String) {
-    match gateway
-        .ledger
-        .charges
-        .lock()
-        .expect("ledger lock")
-        .get(&key)
-    {
-        Some((charge_id, _)) => (
+    match gateway.ledger.charge_for_key(&key) {
+        Some(charge_id) => (
             StatusCode::OK,
             serde_json::json!({ "id": charge_id }).to_string(),
         ),
