@@ -19,7 +19,7 @@ use crate::group::{GroupOrder, Lanes, Routing};
 use crate::handler::{Handler, Plain, ResultHandler};
 use crate::held::{Held, Unsettled};
 use crate::inbox::Inbox;
-use crate::message::{Delivery, Message};
+use crate::message::{Delivery, EVENT_TYPE_ATTRIBUTE, Message};
 use crate::retry::{RetryBudget, RetryPolicy};
 use crate::telemetry::EventTypes;
 use crate::testing::Faults;
@@ -38,9 +38,6 @@ const PURGE_INTERVAL: Duration = Duration::from_secs(60);
 const HANDLER_TIMEOUT_IN_LEASES: u32 = 5;
 /// The shortest default handler timeout, for queues with very short leases.
 const SHORTEST_DEFAULT_HANDLER_TIMEOUT: Duration = Duration::from_secs(30);
-/// The message attribute metrics and logs take the event type from, unless
-/// the builder names another.
-pub const DEFAULT_EVENT_TYPE_ATTRIBUTE: &str = "event_type";
 
 /// Derives a message's effect key: what makes two deliveries the same effect.
 pub type EffectKey = Arc<dyn Fn(&Message) -> String + Send + Sync>;
@@ -331,7 +328,7 @@ impl Consumer<(), ()> {
                 group_order: GroupOrder::default(),
                 handler_timeout: None,
                 without_dead_letter_queue: false,
-                event_type_attribute: DEFAULT_EVENT_TYPE_ATTRIBUTE.to_owned(),
+                event_type_attribute: EVENT_TYPE_ATTRIBUTE.to_owned(),
             },
         }
     }

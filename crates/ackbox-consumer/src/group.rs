@@ -12,9 +12,9 @@
 //! This keeps order inside one process. Across processes it is the
 //! broker's lock on the group that keeps it: an SQS FIFO queue hands out
 //! nothing of a group while any of its messages is leased, so one process
-//! holds a group at a time. Brokers without that lock (standard queues,
-//! RabbitMQ and NATS without a single active consumer) keep order only as
-//! far as one process sees it.
+//! holds a group at a time. Without that lock (standard queues, RabbitMQ,
+//! NATS) order holds as far as one process sees it: run one consumer
+//! process per queue where order across all of them matters.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};

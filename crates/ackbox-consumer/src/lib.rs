@@ -109,7 +109,7 @@ pub mod testing;
 mod transport;
 
 pub use async_trait::async_trait;
-pub use consumer::{Consumer, ConsumerBuilder, DEFAULT_EVENT_TYPE_ATTRIBUTE, EffectKey};
+pub use consumer::{Consumer, ConsumerBuilder, EffectKey};
 pub use decision::{ConsumerStats, Decision};
 pub use error::{ConsumerError, Failure, HandlerError, TransportError};
 pub use group::GroupOrder;
@@ -117,7 +117,8 @@ pub use handler::{Handler, OnReplay, ResultHandler};
 pub use inbox::{Claim, ClaimRequest, Inbox, PgInbox, SqliteInbox};
 pub use message::{
     AGGREGATE_ID_ATTRIBUTE, AGGREGATE_VERSION_ATTRIBUTE, CAUSATION_ID_ATTRIBUTE,
-    CORRELATION_ID_ATTRIBUTE, Delivery, EVENT_ID_ATTRIBUTE, Message, REPLAY_ATTRIBUTE,
+    CORRELATION_ID_ATTRIBUTE, Delivery, EVENT_ID_ATTRIBUTE, EVENT_TYPE_ATTRIBUTE, Message,
+    REPLAY_ATTRIBUTE,
 };
 pub use retry::{RetryBudget, RetryPolicy};
 pub use sqs::{SqsPublisher, SqsTransport};

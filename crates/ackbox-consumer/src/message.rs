@@ -19,6 +19,10 @@ pub const CORRELATION_ID_ATTRIBUTE: &str = "correlation_id";
 /// The message attribute naming the event that caused a message; events
 /// published while handling a message name that message's event id.
 pub const CAUSATION_ID_ATTRIBUTE: &str = "causation_id";
+/// The message attribute with the event type that labels a consumer's
+/// metrics and logs, unless the consumer is told another
+/// ([`ConsumerBuilder::event_type_attribute`](crate::ConsumerBuilder::event_type_attribute)).
+pub const EVENT_TYPE_ATTRIBUTE: &str = "event_type";
 /// The message attribute naming the aggregate an event is about (logged).
 pub const AGGREGATE_ID_ATTRIBUTE: &str = "aggregate_id";
 /// The message attribute with the aggregate's version after the event (logged).

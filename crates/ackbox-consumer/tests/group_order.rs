@@ -289,6 +289,26 @@ async fn run_until<B, F, Fut>(
         .unwrap();
 }
 
+/// Runs a FIFO consumer with the default group order until `applied`
+/// steps are applied and the queue is empty.
+async fn consume_steps<B: StepsSql>(
+    backend: &B,
+    broker: &SqsBroker,
+    script: &Arc<StepScript>,
+    applied: u64,
+) -> Arc<Consumer<SqsTransport, B::Inbox>> {
+    let consumer = Arc::new(fifo_consumer(backend, broker).build().unwrap());
+    run_until::<B, _, _>(
+        Arc::clone(&consumer),
+        Arc::clone(script),
+        Duration::from_secs(60),
+        "every step is applied",
+        || async { consumer.stats().applied() == applied && broker.depth().await == (0, 0) },
+    )
+    .await;
+    consumer
+}
+
 async fn fifo_groups_commit_in_send_order_at_the_default_concurrency<B: StepsSql>(backend: B) {
     const PER_GROUP: i64 = 20;
     let broker = SqsBroker::start_fifo(5, 10).await;
@@ -309,20 +329,11 @@ async fn fifo_groups_commit_in_send_order_at_the_default_concurrency<B: StepsSql
         }
     }
     send_steps(&broker, &groups, PER_GROUP).await;
-    let consumer = Arc::new(fifo_consumer(&backend, &broker).build().unwrap());
-    run_until::<B, _, _>(
-        Arc::clone(&consumer),
-        Arc::clone(&script),
-        Duration::from_secs(60),
-        "every step is committed",
-        || async {
-            backend
-                .last_steps()
-                .await
-                .values()
-                .all(|last| *last == PER_GROUP)
-                && broker.depth().await == (0, 0)
-        },
+    let consumer = consume_steps(
+        &backend,
+        &broker,
+        &script,
+        groups.len() as u64 * PER_GROUP as u64,
     )
     .await;
     assert_eq!(
@@ -408,15 +419,7 @@ async fn a_message_that_fails_for_good_is_dead_lettered_and_its_group_goes_on<B:
         .unwrap()
         .insert(("g0".to_owned(), 3));
     send_steps(&broker, &groups, 5).await;
-    let consumer = Arc::new(fifo_consumer(&backend, &broker).build().unwrap());
-    run_until::<B, _, _>(
-        Arc::clone(&consumer),
-        Arc::clone(&script),
-        Duration::from_secs(30),
-        "both groups are done",
-        || async { consumer.stats().applied() == 9 && broker.depth().await == (0, 0) },
-    )
-    .await;
+    consume_steps(&backend, &broker, &script, 9).await;
     let committed = backend.committed().await;
     assert_eq!(
         committed["g0"],
@@ -447,15 +450,7 @@ async fn a_transient_failure_holds_its_group_until_its_retry_succeeds<B: StepsSq
         .unwrap()
         .insert(("g0".to_owned(), 2), 3);
     send_steps(&broker, &groups, 4).await;
-    let consumer = Arc::new(fifo_consumer(&backend, &broker).build().unwrap());
-    run_until::<B, _, _>(
-        Arc::clone(&consumer),
-        Arc::clone(&script),
-        Duration::from_secs(30),
-        "the group is done",
-        || async { consumer.stats().applied() == 4 && broker.depth().await == (0, 0) },
-    )
-    .await;
+    let consumer = consume_steps(&backend, &broker, &script, 4).await;
     assert_eq!(backend.committed().await["g0"], [1, 2, 3, 4]);
     assert_eq!(
         script.calls_of("g0", 2),
@@ -478,15 +473,7 @@ async fn messages_waiting_behind_their_group_keep_their_lease<B: StepsSql>(backe
         ..StepScript::default()
     });
     send_steps(&broker, &groups, 4).await;
-    let consumer = Arc::new(fifo_consumer(&backend, &broker).build().unwrap());
-    run_until::<B, _, _>(
-        Arc::clone(&consumer),
-        Arc::clone(&script),
-        Duration::from_secs(30),
-        "the group is done",
-        || async { consumer.stats().applied() == 4 && broker.depth().await == (0, 0) },
-    )
-    .await;
+    let consumer = consume_steps(&backend, &broker, &script, 4).await;
     assert_eq!(backend.committed().await["g0"], [1, 2, 3, 4]);
     assert_eq!(
         consumer.stats().duplicates(),
