@@ -212,7 +212,7 @@ impl Log {
         let options = LogOptions {
             segment_bytes: options.segment_bytes.min(MAX_SEGMENT_BYTES),
         };
-        fs::create_dir_all(dir).map_err(io_error("create", dir))?;
+        create_dir_durably(dir).map_err(io_error("create", dir))?;
         let mut numbers = segment_numbers(dir)?;
         let mut recovery = Recovery::default();
         // A crash between creating the newest segment and fsyncing its header
@@ -653,4 +653,29 @@ fn sync_dir(dir: &Path) -> Result<(), LogError> {
     File::open(dir)
         .and_then(|handle| handle.sync_all())
         .map_err(io_error("fsync", dir))
+}
+
+/// Creates `dir` and whatever of its ancestors is missing, syncing each new
+/// entry into its parent, the outermost first: a directory entry is durable
+/// only once the directory holding it is synced, and a log whose directory
+/// a power cut can take is no more durable than its directory.
+pub fn create_dir_durably(dir: &Path) -> std::io::Result<()> {
+    let missing: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|path| !path.as_os_str().is_empty() && !path.exists())
+        .collect();
+    for path in missing.into_iter().rev() {
+        match fs::create_dir(path) {
+            // Another process may make it meanwhile; the parent is synced
+            // below either way.
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => return Err(error),
+            _ => {}
+        }
+        let parent = match path.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent,
+            _ => Path::new("."),
+        };
+        File::open(parent)?.sync_all()?;
+    }
+    Ok(())
 }

@@ -188,22 +188,32 @@ impl RunningBroker {
                 )
             }
             None => {
-                let key = load_or_create_receipt_key(&config.data_dir).map_err(store_error)?;
+                // The store takes the data directory first: a second server
+                // on it stops here, before it touches anything.
                 let store: Arc<dyn Store> = match config.embedded {
                     EmbeddedStore::Sqlite => {
-                        LogStore::ensure_no_messages_left(&config.data_dir)
-                            .await
+                        let store = SqliteStore::open(&config.data_dir, config.durability)
                             .map_err(store_error)?;
-                        Arc::new(
-                            SqliteStore::open(&config.data_dir, config.durability)
-                                .map_err(store_error)?,
-                        )
+                        if let Err(refused) =
+                            LogStore::ensure_no_messages_left(&config.data_dir).await
+                        {
+                            let _ = store.close().await;
+                            return Err(store_error(refused));
+                        }
+                        Arc::new(store)
                     }
                     EmbeddedStore::Log => Arc::new(
                         LogStore::open(&config.data_dir, config.durability)
                             .await
                             .map_err(store_error)?,
                     ),
+                };
+                let key = match load_or_create_receipt_key(&config.data_dir) {
+                    Ok(key) => key,
+                    Err(error) => {
+                        let _ = store.close().await;
+                        return Err(store_error(error));
+                    }
                 };
                 (key, store)
             }

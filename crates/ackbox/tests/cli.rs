@@ -218,6 +218,65 @@ fn serve_refuses_a_data_dir_whose_messages_another_store_wrote() {
     assert_eq!(received["Messages"][0]["Body"], "kept");
 }
 
+#[test]
+fn serve_refuses_a_data_dir_another_server_holds_until_it_is_gone() {
+    // Two servers on one directory would each keep part of what they
+    // acknowledged where the other cannot see it.
+    let data_dir = tempfile::tempdir().unwrap();
+    let first = ServerProcess::start(BINARY.as_ref(), data_dir.path(), free_port(), &[]);
+    ok_stdout(ackbox(&first.url(), &["queue", "create", "held"]));
+    ok_stdout(ackbox(&first.url(), &["send", "held", "kept"]));
+    for store in ["sqlite", "log"] {
+        let mut second = Command::new(BINARY)
+            .args(["serve", "--port", "0", "--store", store, "--data-dir"])
+            .arg(data_dir.path())
+            .env("ACKBOX_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = second.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = second.kill();
+                panic!("a second server started on a held directory (--store {store})");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(!status.success());
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut stderr).unwrap();
+        let expected = format!(
+            "{} is in use by another ackbox (pid {})",
+            data_dir.path().display(),
+            first.pid()
+        );
+        assert!(stderr.contains(&expected), "{stderr}");
+    }
+    // The first one never noticed.
+    ok_stdout(ackbox(&first.url(), &["send", "held", "also kept"]));
+    // A killed holder lets go with its process.
+    first.kill9();
+    let port = free_port();
+    let second = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, &[]);
+    let received: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &second.url(),
+        &["receive", "held", "--max", "10", "--json"],
+    )))
+    .unwrap();
+    let mut bodies: Vec<&str> = received["Messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| message["Body"].as_str().unwrap())
+        .collect();
+    bodies.sort_unstable();
+    assert_eq!(bodies, ["also kept", "kept"]);
+}
+
 /// `ackbox_worker_threads` from the server's `/metrics`.
 async fn worker_threads(server: &ServerProcess) -> usize {
     let reply = ackbox_testkit::client::call_raw(&server.url(), "GET", "/metrics", &[], b"").await;

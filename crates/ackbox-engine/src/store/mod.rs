@@ -15,6 +15,7 @@ use ackbox_core::clock::Timestamp;
 use ackbox_core::message::MessageAttributes;
 use async_trait::async_trait;
 
+pub mod data_dir;
 pub mod log;
 mod move_step;
 pub mod postgres;
@@ -84,6 +85,18 @@ pub enum StoreError {
         messages: u64,
         /// The `--store` that wrote them.
         written_by: &'static str,
+    },
+    /// Another process holds the data directory: one server per directory.
+    #[error(
+        "{data_dir} is in use by another ackbox (pid {}); one server per data directory — \
+         stop that one, or give this one another --data-dir",
+        holder.map_or_else(|| "unknown".to_owned(), |pid| pid.to_string())
+    )]
+    DataDirInUse {
+        /// The data directory.
+        data_dir: String,
+        /// The pid the lock file names, if it names one.
+        holder: Option<u32>,
     },
     /// The store's files could not be opened or synced.
     #[error("store I/O on {path} failed")]

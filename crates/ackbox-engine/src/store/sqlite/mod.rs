@@ -30,6 +30,8 @@ mod writer;
 
 pub use writer::Durability;
 
+use super::data_dir::DataDirLock;
+
 use checkpoint::Checkpointer;
 use mutation::{QUEUE_COLUMNS, database_error, queue_from_row, queue_record};
 pub(crate) use mutation::{StepProgress, TaskPosition};
@@ -46,6 +48,8 @@ pub struct SqliteStore {
 
 #[derive(Debug)]
 struct Inner {
+    /// Holds the data directory for this store; let go at close.
+    lock: Mutex<Option<DataDirLock>>,
     writer: Writer,
     /// Copies the WAL into the database off the writer thread.
     checkpointer: Checkpointer,
@@ -129,12 +133,10 @@ fn keep_free_pages_reclaimable(connection: &Connection, path: &Path) -> Result<(
 
 impl SqliteStore {
     /// Opens (creating if needed) the store in `data_dir`, migrates it and
-    /// starts its writer.
+    /// starts its writer. The directory is held until [`Store::close`]: a
+    /// second store on it is refused ([`StoreError::DataDirInUse`]).
     pub fn open(data_dir: &Path, durability: Durability) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(data_dir).map_err(|source| StoreError::Io {
-            path: data_dir.display().to_string(),
-            source,
-        })?;
+        let lock = DataDirLock::acquire(data_dir)?;
         let path = data_dir.join(DATABASE_FILE);
         let mut writer_connection = open_connection(&path, OpenFlags::default())?;
         keep_free_pages_reclaimable(&writer_connection, &path)?;
@@ -168,6 +170,7 @@ impl SqliteStore {
             })?;
         Ok(Self {
             inner: Arc::new(Inner {
+                lock: Mutex::new(Some(lock)),
                 checkpointer,
                 writer: Writer::start(writer_connection, wal_path, durability)?,
                 reader: Mutex::new(reader),
@@ -612,6 +615,8 @@ impl Store for SqliteStore {
         tokio::task::spawn_blocking(move || {
             inner.checkpointer.stop();
             inner.writer.close();
+            // Written and closed: the directory is free for the next store.
+            drop(inner.lock.lock().expect("lock slot poisoned").take());
         })
         .await
         .map_err(|_| StoreError::Unavailable {
