@@ -21,7 +21,7 @@ pub fn load_or_create_receipt_key(data_dir: &Path) -> Result<ReceiptKey, StoreEr
         path: path.display().to_string(),
         source,
     };
-    ackbox_log::log::create_dir_durably(data_dir).map_err(io_error)?;
+    ackbox_log::log::create_dir_durably(&ackbox_log::disk::RealDisk, data_dir).map_err(io_error)?;
     match std::fs::read(&path) {
         Ok(bytes) => {
             let secret: [u8; SECRET_LEN] =

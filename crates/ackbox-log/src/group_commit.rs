@@ -15,11 +15,11 @@
 //! segment is fsync'd whole before the next begins, so syncing the newest
 //! segment up to an LSN makes everything before it durable.
 
-use std::fs::File;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::disk::DiskFile;
 use crate::frame::Payload;
 use crate::log::{Log, LogError, LogPosition};
 
@@ -67,7 +67,7 @@ struct Progress {
     appended: Lsn,
     synced: Lsn,
     /// The file holding `appended`'s bytes: the newest segment.
-    file: Arc<File>,
+    file: Arc<dyn DiskFile>,
     /// `file`'s segment number.
     segment: u64,
     /// The segment the latest completed sync covered.
@@ -143,7 +143,7 @@ impl GroupCommit {
             progress: Mutex::new(Progress {
                 appended: 0,
                 synced: 0,
-                file: log.active_file()?,
+                file: log.active_file(),
                 segment: log.active_segment(),
                 synced_segment: log.active_segment(),
                 unsynced_since: None,
@@ -207,21 +207,7 @@ impl GroupCommit {
         } else {
             log.active_len() - before
         };
-        let file = if rolled {
-            match log.active_file() {
-                Ok(file) => Some((file, log.active_segment())),
-                Err(error) => {
-                    // The flusher could not sync the new segment: nothing
-                    // appended from here on may be called durable.
-                    let error = CommitError::from(error);
-                    self.shared.lock().failed = Some(error.clone());
-                    self.shared.wake.notify_one();
-                    return Err(error);
-                }
-            }
-        } else {
-            None
-        };
+        let file = rolled.then(|| (log.active_file(), log.active_segment()));
         let mut progress = self.shared.lock();
         progress.appended += written;
         if let Some((file, segment)) = file {

@@ -14,9 +14,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
+use std::sync::Arc;
 
 use std::path::Path;
 
+use crate::disk::{Disk, RealDisk};
 use crate::log::{Log, LogError, LogOptions, LogPosition, Recovery};
 use crate::record::{Failures, Record, SentMessage};
 
@@ -160,10 +162,19 @@ impl Ledger {
     /// Opens the log in `dir` and rebuilds the ledger from every record in
     /// it (see [`Log::open`] for what recovery repairs and what it refuses).
     pub fn recover(dir: &Path, options: LogOptions) -> Result<(Log, Self, Recovery), LogError> {
+        Self::recover_on(RealDisk::shared(), dir, options)
+    }
+
+    /// [`Ledger::recover`] on `disk`.
+    pub fn recover_on(
+        disk: Arc<dyn Disk>,
+        dir: &Path,
+        options: LogOptions,
+    ) -> Result<(Log, Self, Recovery), LogError> {
         // Applied as read: holding the records (bodies and all) until the
         // end would take as much memory as the log is long.
         let mut ledger = Self::new(0);
-        let (log, recovery) = Log::open(dir, options, |position, payload| {
+        let (log, recovery) = Log::open_on(disk, dir, options, |position, payload| {
             let record = Record::decode(payload).map_err(|error| error.to_string())?;
             ledger.apply(&record, position);
             Ok(())

@@ -13,6 +13,8 @@
 //!
 //! # Layout
 //! - [`frame`]: one record's framing and checksum; what counts as a torn tail.
+//! - [`disk`]: the filesystem the log writes through, as a seam: the real
+//!   one, or (feature `disk-model`) a disk that loses power, for tests.
 //! - [`log`]: segment files: append, fsync, recover, read back, remove.
 //! - [`record`]: the records about standard queues and their binary form.
 //! - [`ledger`]: what the records add up to: live messages, receive order,
@@ -46,6 +48,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod compaction;
+pub mod disk;
 pub mod frame;
 pub mod group_commit;
 pub mod ledger;

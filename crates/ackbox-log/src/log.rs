@@ -13,12 +13,11 @@
 //! than silently lose acknowledged records.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::disk::{Disk, DiskFile, RealDisk};
 use crate::frame::{FrameRead, InvalidFrame, Payload, encode_frame, next_frame};
 
 const MAGIC: &[u8; 8] = b"ACKBXLOG";
@@ -46,12 +45,23 @@ pub struct LogPosition {
 pub const MAX_SEGMENT_BYTES: u64 = 1 << 30;
 
 /// Segments no longer part of the log, whose files are still on disk.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 #[must_use = "detached segments stay on disk until removed"]
 pub struct Detached {
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     /// Oldest first.
     numbers: Vec<u64>,
+}
+
+impl Default for Detached {
+    fn default() -> Self {
+        Self {
+            disk: RealDisk::shared(),
+            dir: PathBuf::new(),
+            numbers: Vec::new(),
+        }
+    }
 }
 
 impl Detached {
@@ -68,6 +78,7 @@ impl Detached {
     /// Adds `later`'s segments, all younger than these.
     pub fn extend(&mut self, later: Self) {
         if self.numbers.is_empty() {
+            self.disk = later.disk;
             self.dir = later.dir;
         }
         self.numbers.extend(later.numbers);
@@ -77,11 +88,11 @@ impl Detached {
     pub fn remove(self) -> Result<usize, LogError> {
         for number in &self.numbers {
             let path = segment_path(&self.dir, *number);
-            fs::remove_file(&path).map_err(io_error("remove", &path))?;
+            self.disk.remove(&path).map_err(io_error("remove", &path))?;
             // Each removal durable before the next: a crash must leave a
             // prefix removed, never an older segment back (with sends whose
             // deletes were in a younger one that stayed removed).
-            sync_dir(&self.dir)?;
+            sync_dir(self.disk.as_ref(), &self.dir)?;
         }
         Ok(self.numbers.len())
     }
@@ -188,13 +199,14 @@ pub struct Truncation {
 /// An open log: sealed segments for reading, the newest for appending.
 #[derive(Debug)]
 pub struct Log {
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     options: LogOptions,
-    sealed: BTreeMap<u64, File>,
+    sealed: BTreeMap<u64, Arc<dyn DiskFile>>,
     /// Each segment's sequence floor (from its header): no message numbered
     /// at or above a segment's floor is in an older segment.
     floors: BTreeMap<u64, u64>,
-    active: File,
+    active: Arc<dyn DiskFile>,
     active_segment: u64,
     active_len: u64,
     frames: Vec<u8>,
@@ -207,13 +219,23 @@ impl Log {
     pub fn open(
         dir: &Path,
         options: LogOptions,
+        visit: impl FnMut(LogPosition, &[u8]) -> Result<(), String>,
+    ) -> Result<(Self, Recovery), LogError> {
+        Self::open_on(RealDisk::shared(), dir, options, visit)
+    }
+
+    /// [`Log::open`] on `disk`.
+    pub fn open_on(
+        disk: Arc<dyn Disk>,
+        dir: &Path,
+        options: LogOptions,
         mut visit: impl FnMut(LogPosition, &[u8]) -> Result<(), String>,
     ) -> Result<(Self, Recovery), LogError> {
         let options = LogOptions {
             segment_bytes: options.segment_bytes.min(MAX_SEGMENT_BYTES),
         };
-        create_dir_durably(dir).map_err(io_error("create", dir))?;
-        let mut numbers = segment_numbers(dir)?;
+        create_dir_durably(disk.as_ref(), dir).map_err(io_error("create", dir))?;
+        let mut numbers = segment_numbers(disk.as_ref(), dir)?;
         let mut recovery = Recovery::default();
         // A crash between creating the newest segment and fsyncing its header
         // leaves a file no longer than a header and without one; nothing in
@@ -222,18 +244,16 @@ impl Log {
             let path = segment_path(dir, newest);
             // A header and one byte past it tell; the whole segment is read
             // once, below.
-            let mut start = [0; SEGMENT_HEADER_BYTES as usize + 1];
-            let read = File::open(&path)
-                .and_then(|file| file.read_at(&mut start, 0))
-                .map_err(io_error("read", &path))?;
-            if torn_at_creation(&start[..read]) && numbers.len() > 1 {
-                fs::remove_file(&path).map_err(io_error("remove", &path))?;
-                sync_dir(dir)?;
+            let start = disk.read(&path).map_err(io_error("read", &path))?;
+            let start = &start[..start.len().min(SEGMENT_HEADER_BYTES as usize + 1)];
+            if torn_at_creation(start) && numbers.len() > 1 {
+                disk.remove(&path).map_err(io_error("remove", &path))?;
+                sync_dir(disk.as_ref(), dir)?;
                 numbers.pop();
             }
         }
         let Some(&newest) = numbers.last() else {
-            let log = Self::create(dir, options, 1, 0)?;
+            let log = Self::create(disk, dir, options, 1, 0)?;
             return Ok((log, recovery));
         };
         let mut sealed = BTreeMap::new();
@@ -241,7 +261,7 @@ impl Log {
         let mut active_len = SEGMENT_HEADER_BYTES;
         for &number in &numbers {
             let path = segment_path(dir, number);
-            let mut bytes = fs::read(&path).map_err(io_error("read", &path))?;
+            let mut bytes = disk.read(&path).map_err(io_error("read", &path))?;
             let is_newest = number == newest;
             let seq_floor = match read_header(&bytes) {
                 Some(floor) => floor,
@@ -249,10 +269,13 @@ impl Log {
                     // The only segment, torn before its header reached the disk.
                     bytes.clear();
                     write_header(&mut bytes, 0);
-                    fs::write(&path, &bytes).map_err(io_error("write", &path))?;
-                    File::open(&path)
-                        .and_then(|file| file.sync_all())
-                        .map_err(io_error("fsync", &path))?;
+                    disk.open(&path)
+                        .and_then(|file| {
+                            file.set_len(0)?;
+                            file.write_all_at(&bytes, 0)?;
+                            file.sync_data()
+                        })
+                        .map_err(io_error("write", &path))?;
                     0
                 }
                 None => {
@@ -285,12 +308,9 @@ impl Log {
                     }
                     FrameRead::End => break,
                     FrameRead::Invalid(reason) if is_newest => {
-                        let file = OpenOptions::new()
-                            .write(true)
-                            .open(&path)
-                            .map_err(io_error("open", &path))?;
+                        let file = disk.open(&path).map_err(io_error("open", &path))?;
                         file.set_len(offset as u64)
-                            .and_then(|()| file.sync_all())
+                            .and_then(|()| file.sync_data())
                             .map_err(io_error("truncate", &path))?;
                         recovery.truncated = Some(Truncation {
                             segment: number,
@@ -312,17 +332,14 @@ impl Log {
             if is_newest {
                 active_len = offset as u64;
             } else {
-                let file = File::open(&path).map_err(io_error("open", &path))?;
+                let file = disk.open(&path).map_err(io_error("open", &path))?;
                 sealed.insert(number, file);
             }
         }
         let path = segment_path(dir, newest);
-        let active = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(io_error("open", &path))?;
+        let active = disk.open(&path).map_err(io_error("open", &path))?;
         let log = Self {
+            disk,
             dir: dir.to_owned(),
             options,
             sealed,
@@ -337,13 +354,15 @@ impl Log {
     }
 
     fn create(
+        disk: Arc<dyn Disk>,
         dir: &Path,
         options: LogOptions,
         number: u64,
         seq_floor: u64,
     ) -> Result<Self, LogError> {
-        let active = create_segment(dir, number, seq_floor)?;
+        let active = create_segment(disk.as_ref(), dir, number, seq_floor)?;
         Ok(Self {
+            disk,
             dir: dir.to_owned(),
             options,
             sealed: BTreeMap::new(),
@@ -416,7 +435,7 @@ impl Log {
     fn roll(&mut self, seq_floor: u64) -> Result<(), LogError> {
         self.sync()?;
         let next = self.active_segment + 1;
-        let active = match create_segment(&self.dir, next, seq_floor) {
+        let active = match create_segment(self.disk.as_ref(), &self.dir, next, seq_floor) {
             Ok(file) => file,
             Err(error) => {
                 self.poisoned = Some(error.to_string());
@@ -461,7 +480,7 @@ impl Log {
             }
             let file = self.segment_file(first)?;
             let mut bytes = vec![0; (end - u64::from(first.offset)) as usize];
-            self.read_at(file, &mut bytes, first)?;
+            self.read_at(file.as_ref(), &mut bytes, first)?;
             for &index in &order[run_start..run_end] {
                 let position = positions[index];
                 let start = (position.offset - first.offset) as usize;
@@ -477,7 +496,7 @@ impl Log {
     /// no record is there.
     fn read_at(
         &self,
-        file: &File,
+        file: &dyn DiskFile,
         bytes: &mut [u8],
         position: LogPosition,
     ) -> Result<(), LogError> {
@@ -492,7 +511,7 @@ impl Log {
             })
     }
 
-    fn segment_file(&self, position: LogPosition) -> Result<&File, LogError> {
+    fn segment_file(&self, position: LogPosition) -> Result<&Arc<dyn DiskFile>, LogError> {
         if u64::from(position.segment) == self.active_segment {
             Ok(&self.active)
         } else {
@@ -521,6 +540,7 @@ impl Log {
             self.floors.remove(number);
         }
         Detached {
+            disk: Arc::clone(&self.disk),
             dir: self.dir.clone(),
             numbers,
         }
@@ -538,11 +558,8 @@ impl Log {
 
     /// Another handle on the segment being appended to, for a thread that
     /// fsyncs it while appends go on.
-    pub fn active_file(&self) -> Result<Arc<File>, LogError> {
-        self.active.try_clone().map(Arc::new).map_err(io_error(
-            "duplicate the handle of",
-            &segment_path(&self.dir, self.active_segment),
-        ))
+    pub fn active_file(&self) -> Arc<dyn DiskFile> {
+        Arc::clone(&self.active)
     }
 
     /// The segment being appended to.
@@ -589,14 +606,11 @@ fn segment_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("{number:020}{SEGMENT_SUFFIX}"))
 }
 
-fn segment_numbers(dir: &Path) -> Result<Vec<u64>, LogError> {
+fn segment_numbers(disk: &dyn Disk, dir: &Path) -> Result<Vec<u64>, LogError> {
     let mut numbers = Vec::new();
-    for entry in fs::read_dir(dir).map_err(io_error("list", dir))? {
-        let entry = entry.map_err(io_error("list", dir))?;
-        let name = entry.file_name();
+    for name in disk.list(dir).map_err(io_error("list", dir))? {
         let Some(number) = name
-            .to_str()
-            .and_then(|name| name.strip_suffix(SEGMENT_SUFFIX))
+            .strip_suffix(SEGMENT_SUFFIX)
             .and_then(|stem| stem.parse::<u64>().ok())
         else {
             continue;
@@ -632,40 +646,38 @@ fn read_header(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(rest[4..12].try_into().ok()?))
 }
 
-fn create_segment(dir: &Path, number: u64, seq_floor: u64) -> Result<File, LogError> {
+fn create_segment(
+    disk: &dyn Disk,
+    dir: &Path,
+    number: u64,
+    seq_floor: u64,
+) -> Result<Arc<dyn DiskFile>, LogError> {
     let path = segment_path(dir, number);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(io_error("create", &path))?;
+    let file = disk.create_new(&path).map_err(io_error("create", &path))?;
     let mut header = Vec::with_capacity(SEGMENT_HEADER_BYTES as usize);
     write_header(&mut header, seq_floor);
     file.write_all_at(&header, 0)
-        .and_then(|()| file.sync_all())
+        .and_then(|()| file.sync_data())
         .map_err(io_error("write", &path))?;
-    sync_dir(dir)?;
+    sync_dir(disk, dir)?;
     Ok(file)
 }
 
-fn sync_dir(dir: &Path) -> Result<(), LogError> {
-    File::open(dir)
-        .and_then(|handle| handle.sync_all())
-        .map_err(io_error("fsync", dir))
+fn sync_dir(disk: &dyn Disk, dir: &Path) -> Result<(), LogError> {
+    disk.sync_dir(dir).map_err(io_error("fsync", dir))
 }
 
 /// Creates `dir` and whatever of its ancestors is missing, syncing each new
 /// entry into its parent, the outermost first: a directory entry is durable
 /// only once the directory holding it is synced, and a log whose directory
 /// a power cut can take is no more durable than its directory.
-pub fn create_dir_durably(dir: &Path) -> std::io::Result<()> {
+pub fn create_dir_durably(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
     let missing: Vec<&Path> = dir
         .ancestors()
-        .take_while(|path| !path.as_os_str().is_empty() && !path.exists())
+        .take_while(|path| !path.as_os_str().is_empty() && !disk.exists(path))
         .collect();
     for path in missing.into_iter().rev() {
-        match fs::create_dir(path) {
+        match disk.create_dir(path) {
             // Another process may make it meanwhile; the parent is synced
             // below either way.
             Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => return Err(error),
@@ -675,7 +687,7 @@ pub fn create_dir_durably(dir: &Path) -> std::io::Result<()> {
             Some(parent) if !parent.as_os_str().is_empty() => parent,
             _ => Path::new("."),
         };
-        File::open(parent)?.sync_all()?;
+        disk.sync_dir(parent)?;
     }
     Ok(())
 }

@@ -16,9 +16,10 @@
 //! `Store` over this is the next step (`docs/storage.md`).
 
 use std::path::Path;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::compaction::{self, CompactionPolicy, CompactionReport};
+use crate::disk::{Disk, RealDisk};
 use crate::group_commit::{CommitError, GroupCommit, GroupCommitOptions, Lsn};
 use crate::ledger::{Ledger, QueueCounts};
 use crate::log::{Log, LogError, LogOptions, LogPosition, Recovery};
@@ -245,7 +246,17 @@ impl StandardQueues {
         log_options: LogOptions,
         commit_options: GroupCommitOptions,
     ) -> Result<(Self, Recovery), QueuesError> {
-        let (log, ledger, recovery) = Ledger::recover(dir, log_options)?;
+        Self::open_on(RealDisk::shared(), dir, log_options, commit_options)
+    }
+
+    /// [`StandardQueues::open`] on `disk`.
+    pub fn open_on(
+        disk: Arc<dyn Disk>,
+        dir: &Path,
+        log_options: LogOptions,
+        commit_options: GroupCommitOptions,
+    ) -> Result<(Self, Recovery), QueuesError> {
+        let (log, ledger, recovery) = Ledger::recover_on(disk, dir, log_options)?;
         let commit = GroupCommit::start(log, commit_options)?;
         Ok((
             Self {

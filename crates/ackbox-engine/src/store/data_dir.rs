@@ -36,10 +36,12 @@ impl DataDirLock {
     /// Creates `data_dir` if needed (durably) and takes its lock, or says
     /// which process holds it.
     pub fn acquire(data_dir: &Path) -> Result<Self, StoreError> {
-        ackbox_log::log::create_dir_durably(data_dir).map_err(|source| StoreError::Io {
-            path: data_dir.display().to_string(),
-            source,
-        })?;
+        ackbox_log::log::create_dir_durably(&ackbox_log::disk::RealDisk, data_dir).map_err(
+            |source| StoreError::Io {
+                path: data_dir.display().to_string(),
+                source,
+            },
+        )?;
         let path = data_dir.join(LOCK_FILE);
         let io_error = |source| StoreError::Io {
             path: path.display().to_string(),
