@@ -147,6 +147,12 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether the store's writes are failing for want of disk space
+    /// ([`Store::disk_full`](crate::store::Store::disk_full)).
+    pub fn disk_full(&self) -> bool {
+        self.inner.store.disk_full()
+    }
+
     /// The region and account of this engine.
     pub fn realm(&self) -> &Realm {
         &self.inner.config.realm

@@ -199,7 +199,10 @@ impl GroupCommit {
         }
         let segment = log.active_segment();
         let before = log.active_len();
-        let changed = change(&mut log)?;
+        // Counted even when the change fails: an append that rolled to a new
+        // segment and then found the disk full leaves the new segment the
+        // one to sync.
+        let changed = change(&mut log);
         let rolled = log.active_segment() != segment;
         // A roll synced the old segments whole; only the new one's bytes count.
         let written = if rolled {
@@ -225,7 +228,7 @@ impl GroupCommit {
         if starts_interval {
             self.shared.wake.notify_one();
         }
-        Ok((changed, lsn))
+        Ok((changed?, lsn))
     }
 
     /// Calls `done` once everything up to `lsn` is durable (at once if it is

@@ -139,6 +139,16 @@ pub enum LogError {
         /// What was found there.
         reason: String,
     },
+    /// The disk is full: the append was not kept (the segment is cut back
+    /// to its last whole record). The log takes appends again once there is
+    /// room; nothing earlier is affected.
+    #[error("no space left on the disk for {path}: {source}")]
+    NoSpace {
+        /// The file that could not grow.
+        path: PathBuf,
+        /// The system's error (`ENOSPC`, `EDQUOT`).
+        source: io::Error,
+    },
     /// An earlier write or fsync failed: what reached the disk is unknown
     /// (the kernel may have dropped the dirty pages), so the log takes
     /// nothing more until it is reopened and recovered.
@@ -159,6 +169,23 @@ pub enum LogError {
         /// Why the visitor refused it.
         reason: String,
     },
+}
+
+/// Whether `error` says the disk (or the user's quota) is full.
+fn is_no_space(error: &io::Error) -> bool {
+    /// `ENOSPC` and `EDQUOT` on Linux.
+    const NO_SPACE: [i32; 2] = [28, 122];
+    error
+        .raw_os_error()
+        .is_some_and(|code| NO_SPACE.contains(&code))
+}
+
+impl LogError {
+    /// Whether the disk was full: the operation may succeed once space is
+    /// freed.
+    pub fn is_no_space(&self) -> bool {
+        matches!(self, Self::NoSpace { .. })
+    }
 }
 
 fn io_error<'a>(
@@ -415,7 +442,7 @@ impl Log {
             })
             .collect();
         if let Err(error) = self.active.write_all_at(&self.frames, self.active_len) {
-            return Err(self.poison("write", error));
+            return Err(self.failed_write(error));
         }
         self.active_len += self.frames.len() as u64;
         Ok(positions)
@@ -437,6 +464,21 @@ impl Log {
         let next = self.active_segment + 1;
         let active = match create_segment(self.disk.as_ref(), &self.dir, next, seq_floor) {
             Ok(file) => file,
+            Err(LogError::Io { path, source, .. }) if is_no_space(&source) => {
+                // The segment may exist half made; gone, it leaves the log as
+                // it was, and the next append tries again.
+                let removed = if self.disk.exists(&path) {
+                    self.disk
+                        .remove(&path)
+                        .and_then(|()| self.disk.sync_dir(&self.dir))
+                } else {
+                    Ok(())
+                };
+                return Err(match removed {
+                    Ok(()) => LogError::NoSpace { path, source },
+                    Err(error) => self.poison("remove a half-made segment", error),
+                });
+            }
             Err(error) => {
                 self.poisoned = Some(error.to_string());
                 return Err(error);
@@ -579,6 +621,19 @@ impl Log {
             Some(reason) => Err(LogError::Poisoned(reason.clone())),
             None => Ok(()),
         }
+    }
+
+    /// A write that failed: for want of space, the segment is cut back to its
+    /// last whole record and the log goes on; otherwise what reached the
+    /// disk is unknown, and the log is poisoned.
+    fn failed_write(&mut self, source: io::Error) -> LogError {
+        if is_no_space(&source) && self.active.set_len(self.active_len).is_ok() {
+            return LogError::NoSpace {
+                path: segment_path(&self.dir, self.active_segment),
+                source,
+            };
+        }
+        self.poison("write", source)
     }
 
     fn poison(&mut self, operation: &'static str, source: io::Error) -> LogError {

@@ -202,6 +202,18 @@ pub enum QueuesError {
     },
 }
 
+impl QueuesError {
+    /// Whether the disk was full: nothing was written, and the same call may
+    /// succeed once space is freed.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            Self::Commit(error) => error.log_error().is_no_space(),
+            Self::Log(error) => error.is_no_space(),
+            Self::NotAMessage { .. } | Self::Decode { .. } => false,
+        }
+    }
+}
+
 /// Message `seq` of `queue`, whose record is `payload`, as it goes into the
 /// dead-letter queue under `new_seq`: its current state and failures, its
 /// original send time, visible at once, and the source's ARN recorded.

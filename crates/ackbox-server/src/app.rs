@@ -77,8 +77,18 @@ pub fn app(state: AppState) -> Router {
         .with_state(state)
 }
 
-async fn healthz() -> &'static str {
-    "ok"
+/// `ok`, or 503 while the store's disk is full: sends are refused until
+/// space is freed (receives, deletes and `/metrics` go on answering what
+/// they can), so traffic that can go elsewhere should.
+async fn healthz(State(state): State<AppState>) -> Response {
+    if state.engine.disk_full() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "degraded: the disk is full; sends are refused until space is freed\n",
+        )
+            .into_response();
+    }
+    "ok".into_response()
 }
 
 /// Lets a browser or scraper in with an access key id and its secret, and

@@ -111,6 +111,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         }
         Err(error) => tracing::warn!(%error, "queue depths unavailable for this scrape"),
     }
+    metrics::gauge!("ackbox_store_disk_full").set(if state.engine.disk_full() { 1.0 } else { 0.0 });
     metrics::gauge!("ackbox_process_resident_memory_bytes").set(resident_memory_bytes() as f64);
     metrics::gauge!("ackbox_open_connections").set(OPEN_CONNECTIONS.load(Ordering::Relaxed) as f64);
     metrics::gauge!("ackbox_worker_threads")

@@ -21,6 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
@@ -72,6 +73,9 @@ pub struct LogStore {
     kinds: RwLock<HashMap<i64, Kind>>,
     /// Whether acknowledged writes wait for their fsync.
     wait_for_sync: bool,
+    /// Set when a send to the log failed for want of space, cleared by the
+    /// next send that is durable.
+    log_full: AtomicBool,
 }
 
 impl LogStore {
@@ -118,6 +122,7 @@ impl LogStore {
             queues,
             kinds: RwLock::new(kinds),
             wait_for_sync: matches!(durability, Durability::Fsync),
+            log_full: AtomicBool::new(false),
         })
     }
 
@@ -375,7 +380,15 @@ async fn off_the_runtime<T: Send + 'static>(
 }
 
 fn log_error(operation: &'static str) -> impl Fn(QueuesError) -> StoreError {
-    move |source| StoreError::Log { operation, source }
+    move |source| {
+        if source.is_no_space() {
+            StoreError::DiskFull {
+                detail: format!("{operation}: {source}"),
+            }
+        } else {
+            StoreError::Log { operation, source }
+        }
+    }
 }
 
 /// A message from the log as the engine sees it.
@@ -532,10 +545,14 @@ impl Store for LogStore {
                 }
             })
             .collect();
-        let (seqs, lsn) = self
+        let sent = self
             .queues
             .send(queue, outgoing)
-            .map_err(log_error("message_insert_batch"))?;
+            .map_err(log_error("message_insert_batch"));
+        if matches!(sent, Err(StoreError::DiskFull { .. })) {
+            self.log_full.store(true, Ordering::Release);
+        }
+        let (seqs, lsn) = sent?;
         let inserted = message_ids
             .into_iter()
             .zip(seqs)
@@ -546,6 +563,9 @@ impl Store for LogStore {
             })
             .collect();
         self.durable(lsn).await?;
+        // A send is what a full disk refuses first; one that passed says
+        // there is room again.
+        self.log_full.store(false, Ordering::Release);
         Ok(inserted)
     }
 
@@ -824,6 +844,10 @@ impl Store for LogStore {
             return Ok(swept);
         }
         self.sqlite.message_sweep_left_behind(limit).await
+    }
+
+    fn disk_full(&self) -> bool {
+        self.log_full.load(Ordering::Acquire) || self.sqlite.disk_full()
     }
 
     async fn close(&self) -> Result<(), StoreError> {

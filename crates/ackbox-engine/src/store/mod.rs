@@ -98,6 +98,13 @@ pub enum StoreError {
         /// The pid the lock file names, if it names one.
         holder: Option<u32>,
     },
+    /// The disk is full: nothing was written. Retry once space is freed;
+    /// the store takes writes again then, without a restart.
+    #[error("the disk is full: {detail}")]
+    DiskFull {
+        /// What could not be written.
+        detail: String,
+    },
     /// The store's files could not be opened or synced.
     #[error("store I/O on {path} failed")]
     Io {
@@ -112,7 +119,7 @@ pub enum StoreError {
 impl StoreError {
     /// Whether the same call may succeed if retried later.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Self::Unavailable { .. })
+        matches!(self, Self::Unavailable { .. } | Self::DiskFull { .. })
     }
 }
 
@@ -851,6 +858,13 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     async fn message_sweep_left_behind(&self, limit: u32) -> Result<u64, StoreError>;
     /// Flushes pending writes and stops background work. Idempotent.
     async fn close(&self) -> Result<(), StoreError>;
+
+    /// Whether writes are failing for want of disk space: set by the write
+    /// that found the disk full, cleared by the next durable write that
+    /// passes. A store without a local disk is never full.
+    fn disk_full(&self) -> bool {
+        false
+    }
     /// What other broker nodes sharing this store change, for a store that
     /// can be shared; `None` for a store only this process uses.
     fn events(&self) -> Option<tokio::sync::broadcast::Receiver<StoreEvent>> {

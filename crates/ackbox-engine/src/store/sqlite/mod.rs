@@ -610,6 +610,10 @@ impl Store for SqliteStore {
             .await
     }
 
+    fn disk_full(&self) -> bool {
+        self.inner.writer.disk_full()
+    }
+
     async fn close(&self) -> Result<(), StoreError> {
         let inner = Arc::clone(&self.inner);
         tokio::task::spawn_blocking(move || {

@@ -28,7 +28,20 @@ const MAX_DROPPED_PER_RECEIVE: usize = 1_000;
 pub(crate) fn database_error(
     operation: &'static str,
 ) -> impl FnOnce(rusqlite::Error) -> StoreError {
-    move |source| StoreError::Database { operation, source }
+    move |source| {
+        if is_disk_full(&source) {
+            StoreError::DiskFull {
+                detail: format!("{operation}: {source}"),
+            }
+        } else {
+            StoreError::Database { operation, source }
+        }
+    }
+}
+
+/// Whether SQLite failed for want of space (`SQLITE_FULL`).
+pub(crate) fn is_disk_full(error: &rusqlite::Error) -> bool {
+    error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull)
 }
 
 pub(crate) const QUEUE_COLUMNS: &str = "id, name, attributes, tags, created_at, last_modified_at";

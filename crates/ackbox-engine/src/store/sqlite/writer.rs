@@ -45,6 +45,7 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -264,6 +265,9 @@ pub(crate) struct Writer {
     shared: Arc<Shared>,
     slots: Arc<Semaphore>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Set when a write fails for want of space, cleared when a durable
+    /// write commits again; shared with the committer.
+    disk_full: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Writer {
@@ -348,6 +352,7 @@ impl Writer {
                 == super::AUTO_VACUUM_INCREMENTAL,
             ..Reclaim::default()
         };
+        let disk_full = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             jobs: Mutex::new(Queue {
                 pending: VecDeque::new(),
@@ -358,6 +363,7 @@ impl Writer {
             }),
             wake: Condvar::new(),
             committer: Mutex::new(Committer {
+                disk_full: Arc::clone(&disk_full),
                 connection,
                 wal: WalFile::new(wal_path),
                 durability,
@@ -376,6 +382,7 @@ impl Writer {
             shared,
             slots: Arc::new(Semaphore::new(QUEUE_CAPACITY)),
             thread: Mutex::new(Some(thread)),
+            disk_full,
         })
     }
 
@@ -467,9 +474,22 @@ impl Writer {
             tokio::task::yield_now().await;
             role.commit_one_group();
         }
-        answer.await.map_err(|_| StoreError::Unavailable {
+        let outcome = answer.await.map_err(|_| StoreError::Unavailable {
             reason: "the writer stopped before answering",
-        })?
+        })?;
+        match &outcome {
+            Err(StoreError::DiskFull { .. }) => self.disk_full.store(true, Ordering::Release),
+            // A durable write that commits is what a full disk refuses first.
+            Ok(_) if commit == Commit::Durable => self.disk_full.store(false, Ordering::Release),
+            _ => {}
+        }
+        outcome
+    }
+
+    /// Whether the last writes failed for want of space (and no durable
+    /// write has committed since).
+    pub(crate) fn disk_full(&self) -> bool {
+        self.disk_full.load(Ordering::Acquire)
     }
 
     /// Commits what is queued, stops the thread and waits for it. Idempotent.
@@ -585,6 +605,9 @@ impl Flusher {
 /// The writer connection and what committing needs to remember between
 /// groups; used by whoever holds the committer [`Role`].
 struct Committer {
+    /// The writer's disk-full flag: a commit that fails with `SQLITE_FULL`
+    /// sets it.
+    disk_full: Arc<AtomicBool>,
     connection: Connection,
     wal: WalFile,
     durability: Durability,
@@ -778,6 +801,9 @@ impl Committer {
                 true
             }
             Err(error) => {
+                if super::mutation::is_disk_full(&error) {
+                    self.disk_full.store(true, Ordering::Release);
+                }
                 tracing::error!(%error, jobs = completions.len(), "group commit failed; no job is acknowledged");
                 if let Err(error) = self.execute("ROLLBACK") {
                     tracing::error!(%error, "rollback after a failed commit failed");

@@ -1,0 +1,196 @@
+//! A full disk under the real binary, on each embedded store: `ackbox
+//! serve` on a tmpfs of a few MiB takes sends until the disk is full; then
+//! a send is answered `ServiceUnavailable` (which every SQS client
+//! retries), never a hang or an internal error; `/healthz` and
+//! `ackbox_store_disk_full` say the disk is full; once the filesystem has
+//! room again, sends are taken without a restart; and every acknowledged
+//! message is there.
+//!
+//! Mounting a tmpfs needs root (as `.ci/run` runs); elsewhere the test says
+//! it is skipped.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use ackbox_testkit::client::{call_json, call_raw};
+use ackbox_testkit::process::{ServerProcess, free_port};
+use serde_json::{Value, json};
+
+const BINARY: &str = env!("CARGO_BIN_EXE_ackbox");
+
+/// A tmpfs mounted for the test's life.
+struct SmallDisk {
+    mount_point: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    /// A tmpfs of `size` (as `mount -o size=` takes it), or `None` when this
+    /// process may not mount one.
+    fn mount(size: &str) -> Option<Self> {
+        let dir = tempfile::tempdir().unwrap();
+        let mount_point = dir.path().to_owned();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&mount_point)
+            .output()
+            .ok()?;
+        if !mounted.status.success() {
+            eprintln!(
+                "skipped: cannot mount a tmpfs here (needs root): {}",
+                String::from_utf8_lossy(&mounted.stderr)
+            );
+            return None;
+        }
+        Some(Self {
+            mount_point,
+            _dir: dir,
+        })
+    }
+
+    fn resize(&self, size: &str) {
+        let remounted = Command::new("mount")
+            .args(["-o", &format!("remount,size={size}")])
+            .arg(&self.mount_point)
+            .status()
+            .unwrap();
+        assert!(remounted.success(), "remount to {size}");
+    }
+
+    fn path(&self) -> &Path {
+        &self.mount_point
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("--lazy")
+            .arg(&self.mount_point)
+            .status();
+    }
+}
+
+async fn sqs(endpoint: &str, action: &str, body: Value) -> (u16, Value) {
+    call_json(endpoint, &format!("AmazonSQS.{action}"), &body).await
+}
+
+async fn healthz(endpoint: &str) -> (u16, String) {
+    let reply = call_raw(endpoint, "GET", "/healthz", &[], b"").await;
+    (
+        reply.status,
+        String::from_utf8_lossy(&reply.body).into_owned(),
+    )
+}
+
+async fn disk_full_gauge(endpoint: &str) -> String {
+    let reply = call_raw(endpoint, "GET", "/metrics", &[], b"").await;
+    String::from_utf8_lossy(&reply.body)
+        .lines()
+        .find(|line| line.starts_with("ackbox_store_disk_full "))
+        .unwrap_or("ackbox_store_disk_full missing")
+        .to_owned()
+}
+
+async fn a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room(store: &str) {
+    let Some(disk) = SmallDisk::mount("4m") else {
+        return;
+    };
+    let data_dir = disk.path().join("data");
+    let server = ServerProcess::start(BINARY.as_ref(), &data_dir, free_port(), &["--store", store]);
+    let endpoint = server.url();
+    let (status, created) = sqs(&endpoint, "CreateQueue", json!({"QueueName": "full"})).await;
+    assert_eq!(status, 200, "{created}");
+    let queue_url = created["QueueUrl"].as_str().unwrap().to_owned();
+    let filler = "x".repeat(100_000);
+    let mut acknowledged = Vec::new();
+    let refusal = loop {
+        let body = format!("{}-{filler}", acknowledged.len());
+        let started = Instant::now();
+        let (status, answer) = sqs(
+            &endpoint,
+            "SendMessage",
+            json!({"QueueUrl": queue_url, "MessageBody": body}),
+        )
+        .await;
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "a send on a full disk hung"
+        );
+        if status != 200 {
+            break (status, answer);
+        }
+        acknowledged.push(body);
+        assert!(acknowledged.len() < 200, "4 MiB never filled");
+    };
+    assert_eq!(
+        (refusal.0, refusal.1["__type"].as_str()),
+        (503, Some("com.amazonaws.sqs#ServiceUnavailable")),
+        "--store {store}: {}",
+        refusal.1
+    );
+    assert!(acknowledged.len() > 5, "{}", acknowledged.len());
+    println!(
+        "--store {store}: {} sends acknowledged before the disk was full",
+        acknowledged.len()
+    );
+    let (status, health) = healthz(&endpoint).await;
+    assert_eq!(status, 503, "--store {store}: {health}");
+    assert!(health.contains("disk is full"), "{health}");
+    assert_eq!(disk_full_gauge(&endpoint).await, "ackbox_store_disk_full 1");
+
+    disk.resize("64m");
+    let after = format!("{}-after", acknowledged.len());
+    let (status, answer) = sqs(
+        &endpoint,
+        "SendMessage",
+        json!({"QueueUrl": queue_url, "MessageBody": after}),
+    )
+    .await;
+    assert_eq!(
+        status, 200,
+        "--store {store}: sends resume without a restart: {answer}"
+    );
+    acknowledged.push(after);
+    assert_eq!(healthz(&endpoint).await.0, 200);
+    assert_eq!(disk_full_gauge(&endpoint).await, "ackbox_store_disk_full 0");
+
+    let mut received = Vec::new();
+    for _ in 0..100 {
+        let (status, answer) = sqs(
+            &endpoint,
+            "ReceiveMessage",
+            json!({"QueueUrl": queue_url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 300}),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+        let Some(messages) = answer["Messages"].as_array().filter(|m| !m.is_empty()) else {
+            break;
+        };
+        received.extend(
+            messages
+                .iter()
+                .map(|message| message["Body"].as_str().unwrap().to_owned()),
+        );
+    }
+    received.sort_unstable();
+    acknowledged.sort_unstable();
+    assert_eq!(
+        received.len(),
+        acknowledged.len(),
+        "--store {store}: every acknowledged message, once"
+    );
+    assert_eq!(received, acknowledged);
+    drop(server);
+}
+
+#[tokio::test]
+async fn the_default_store_refuses_sends_on_a_full_disk_until_it_has_room() {
+    a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room("sqlite").await;
+}
+
+#[tokio::test]
+async fn the_log_store_refuses_sends_on_a_full_disk_until_it_has_room() {
+    a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room("log").await;
+}
