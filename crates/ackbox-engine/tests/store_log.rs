@@ -82,3 +82,39 @@ async fn the_sqlite_store_is_refused_a_directory_whose_log_holds_messages_until_
     }
     LogStore::ensure_no_messages_left(dir.path()).await.unwrap();
 }
+
+// A log lost from under its database (its directory gone) must be said,
+// not served as empty queues.
+
+#[tokio::test]
+async fn a_log_gone_from_under_its_database_is_refused_not_served_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = LogStore::open(dir.path(), Durability::Fsync).await.unwrap();
+        let queue = create(&store, "acknowledged", T0).await;
+        insert(&store, queue, vec![message("kept", T0, T0)]).await;
+        store.close().await.unwrap();
+    }
+    std::fs::remove_dir_all(dir.path().join("log")).unwrap();
+    let refused = LogStore::open(dir.path(), Durability::Fsync).await.err();
+    let Some(error @ StoreError::LogLost { .. }) = refused else {
+        panic!("served an empty log: {refused:?}");
+    };
+    assert!(
+        error.to_string().contains("DELETE FROM log_written"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_log_that_never_took_a_message_may_start_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = LogStore::open(dir.path(), Durability::Fsync).await.unwrap();
+        create(&store, "created-but-never-sent-to", T0).await;
+        store.close().await.unwrap();
+    }
+    std::fs::remove_dir_all(dir.path().join("log")).unwrap();
+    let store = LogStore::open(dir.path(), Durability::Fsync).await.unwrap();
+    store.close().await.unwrap();
+}

@@ -76,6 +76,9 @@ pub struct LogStore {
     /// Set when a send to the log failed for want of space, cleared by the
     /// next send that is durable.
     log_full: AtomicBool,
+    /// The database records that the log takes messages: set once, before
+    /// the first send is appended, so that any acknowledged send implies it.
+    log_written: AtomicBool,
 }
 
 impl LogStore {
@@ -92,6 +95,15 @@ impl LogStore {
             });
         }
         let log_dir = data_dir.join(LOG_DIR);
+        let log_written = sqlite.log_written().await?;
+        if log_written && !holds_segments(&log_dir) {
+            // Closing lets the data directory go for whoever restores it.
+            let _ = sqlite.close().await;
+            return Err(StoreError::LogLost {
+                data_dir: data_dir.display().to_string(),
+                log_dir: log_dir.display().to_string(),
+            });
+        }
         let commit_options = match durability {
             Durability::Fsync => GroupCommitOptions::default(),
             Durability::Relaxed { sync_interval } => GroupCommitOptions { sync_interval },
@@ -123,6 +135,7 @@ impl LogStore {
             kinds: RwLock::new(kinds),
             wait_for_sync: matches!(durability, Durability::Fsync),
             log_full: AtomicBool::new(false),
+            log_written: AtomicBool::new(log_written),
         })
     }
 
@@ -353,6 +366,18 @@ fn spawn_compaction(queues: Weak<StandardQueues>) -> Result<(), StoreError> {
         })
 }
 
+/// Whether `log_dir` holds any segment file.
+fn holds_segments(log_dir: &Path) -> bool {
+    std::fs::read_dir(log_dir).is_ok_and(|entries| {
+        entries.filter_map(Result::ok).any(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.ends_with(".log"))
+        })
+    })
+}
+
 /// Store ids are positive `i64`s; the log numbers queues and messages in `u64`.
 fn log_queue(queue_id: i64) -> u64 {
     queue_id.unsigned_abs()
@@ -520,6 +545,11 @@ impl Store for LogStore {
             return Err(StoreError::QueueNotFound {
                 queue_id: params.queue_id,
             });
+        }
+        if !self.log_written.load(Ordering::Acquire) {
+            let now = params.messages.first().map_or(0, |message| message.sent_at);
+            self.sqlite.mark_log_written(now).await?;
+            self.log_written.store(true, Ordering::Release);
         }
         let queue = log_queue(params.queue_id);
         let mut message_ids = Vec::with_capacity(params.messages.len());

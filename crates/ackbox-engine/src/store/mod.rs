@@ -86,6 +86,20 @@ pub enum StoreError {
         /// The `--store` that wrote them.
         written_by: &'static str,
     },
+    /// The log store's log is empty or gone, though its database says the
+    /// log held messages: serving its queues as empty would hide the loss.
+    #[error(
+        "{log_dir} is empty or missing, but the database beside it says the log held messages: \
+         refusing to serve its standard queues as empty. Restore {log_dir} (from a backup, or \
+         the disk it was on); if its messages are known to be lost, `DELETE FROM log_written` \
+         in {data_dir}/ackbox.sqlite lets the store start with those queues empty"
+    )]
+    LogLost {
+        /// The data directory.
+        data_dir: String,
+        /// The log's directory.
+        log_dir: String,
+    },
     /// Another process holds the data directory: one server per directory.
     #[error(
         "{data_dir} is in use by another ackbox (pid {}); one server per data directory — \

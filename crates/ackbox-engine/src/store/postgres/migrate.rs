@@ -37,6 +37,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "purge_mark",
         include_str!("../../../migrations/postgres/0005_purge_mark.sql"),
     ),
+    (
+        6,
+        "log_written",
+        include_str!("../../../migrations/postgres/0006_log_written.sql"),
+    ),
 ];
 
 /// Scopes the migration lock to the schema being migrated.

@@ -35,6 +35,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "purge_mark",
         include_str!("../../../migrations/sqlite/0005_purge_mark.sql"),
     ),
+    (
+        6,
+        "log_written",
+        include_str!("../../../migrations/sqlite/0006_log_written.sql"),
+    ),
 ];
 
 fn database_error(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {

@@ -178,6 +178,35 @@ impl SqliteStore {
         })
     }
 
+    /// Whether the log beside this database has ever taken a message.
+    pub(crate) async fn log_written(&self) -> Result<bool, StoreError> {
+        self.read(|connection| {
+            connection
+                .query_row("SELECT EXISTS (SELECT 1 FROM log_written)", [], |row| {
+                    row.get::<_, bool>(0)
+                })
+                .map_err(database_error("log_written"))
+        })
+        .await
+    }
+
+    /// Records, durably, that the log beside this database takes messages
+    /// from now on.
+    pub(crate) async fn mark_log_written(&self, now: i64) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                connection
+                    .execute(
+                        "INSERT OR IGNORE INTO log_written (id, first_sent_at) VALUES (1, ?1)",
+                        [now],
+                    )
+                    .map(drop)
+                    .map_err(database_error("mark_log_written"))
+            })
+            .await
+    }
+
     /// How many messages standard queues hold here: the log store keeps
     /// those in its log, so it must not open a directory where SQLite holds
     /// some.
