@@ -148,7 +148,7 @@ impl Engine {
     }
 
     /// Whether the store's writes are failing for want of disk space
-    /// ([`Store::disk_full`](crate::store::Store::disk_full)).
+    /// ([`Store::disk_full`]).
     pub fn disk_full(&self) -> bool {
         self.inner.store.disk_full()
     }

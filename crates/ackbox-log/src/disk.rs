@@ -1,6 +1,6 @@
 //! What the log needs from a filesystem, as a seam: the real one
 //! ([`RealDisk`]), or — with the feature `disk-model` — a model of a disk
-//! that loses power ([`model::ModelDisk`]), so that tests can cut the power
+//! that loses power (`model::ModelDisk`), so that tests can cut the power
 //! at any point and check what recovery finds.
 //!
 //! The log's durability argument rests on exactly these calls: file data is

@@ -315,47 +315,27 @@ impl Log {
             };
             recovery.seq_floor = recovery.seq_floor.max(seq_floor);
             floors.insert(number, seq_floor);
-            let mut offset = SEGMENT_HEADER_BYTES as usize;
-            loop {
-                match next_frame(&bytes[offset..]) {
-                    FrameRead::Frame { payload, len } => {
-                        let position = LogPosition {
-                            segment: u32::try_from(number).map_err(|_| {
-                                LogError::OutOfRange("a segment numbered beyond u32")
-                            })?,
-                            offset: u32::try_from(offset).map_err(|_| {
-                                LogError::OutOfRange("a record beyond 4 GiB into a segment")
-                            })?,
-                            len: len as u32,
-                        };
-                        visit(position, payload)
-                            .map_err(|reason| LogError::Replay { position, reason })?;
-                        recovery.records += 1;
-                        offset += len;
-                    }
-                    FrameRead::End => break,
-                    FrameRead::Invalid(reason) if is_newest => {
-                        let file = disk.open(&path).map_err(io_error("open", &path))?;
-                        file.set_len(offset as u64)
-                            .and_then(|()| file.sync_data())
-                            .map_err(io_error("truncate", &path))?;
-                        recovery.truncated = Some(Truncation {
-                            segment: number,
-                            at: offset as u64,
-                            dropped: (bytes.len() - offset) as u64,
-                            reason,
-                        });
-                        break;
-                    }
-                    FrameRead::Invalid(reason) => {
-                        return Err(LogError::Damaged {
-                            segment: number,
-                            offset: offset as u64,
-                            reason: reason.to_string(),
-                        });
-                    }
+            let end = walk_segment(number, &bytes, is_newest, |position, payload| {
+                visit(position, payload).map_err(|reason| LogError::Replay { position, reason })?;
+                recovery.records += 1;
+                Ok(())
+            })?;
+            let offset = match end {
+                SegmentEnd::Whole => bytes.len(),
+                SegmentEnd::TornTail { at, reason } => {
+                    let file = disk.open(&path).map_err(io_error("open", &path))?;
+                    file.set_len(at as u64)
+                        .and_then(|()| file.sync_data())
+                        .map_err(io_error("truncate", &path))?;
+                    recovery.truncated = Some(Truncation {
+                        segment: number,
+                        at: at as u64,
+                        dropped: (bytes.len() - at) as u64,
+                        reason,
+                    });
+                    at
                 }
-            }
+            };
             if is_newest {
                 active_len = offset as u64;
             } else {
@@ -647,6 +627,174 @@ impl Log {
     }
 }
 
+/// How a segment's frames end.
+enum SegmentEnd {
+    /// At the end of its bytes, on a frame boundary.
+    Whole,
+    /// In a torn frame at byte `at` (the newest segment only): what a crash
+    /// mid-write leaves.
+    TornTail { at: usize, reason: InvalidFrame },
+}
+
+/// Hands every frame of segment `number` (header already read) to `visit`, in
+/// order, and says how the frames end. Bad bytes end the newest segment as a
+/// torn tail unless intact frames follow them; anywhere else they are damage.
+fn walk_segment(
+    number: u64,
+    bytes: &[u8],
+    is_newest: bool,
+    mut visit: impl FnMut(LogPosition, &[u8]) -> Result<(), LogError>,
+) -> Result<SegmentEnd, LogError> {
+    let segment =
+        u32::try_from(number).map_err(|_| LogError::OutOfRange("a segment numbered beyond u32"))?;
+    let mut offset = SEGMENT_HEADER_BYTES as usize;
+    loop {
+        match next_frame(&bytes[offset..]) {
+            FrameRead::Frame { payload, len } => {
+                let position = LogPosition {
+                    segment,
+                    offset: u32::try_from(offset).map_err(|_| {
+                        LogError::OutOfRange("a record beyond 4 GiB into a segment")
+                    })?,
+                    len: len as u32,
+                };
+                visit(position, payload)?;
+                offset += len;
+            }
+            FrameRead::End => return Ok(SegmentEnd::Whole),
+            FrameRead::Invalid(reason) => {
+                // A torn tail ends the segment; intact records after the bad
+                // bytes mean they are damage in the middle of it, and cutting
+                // there would drop records that were written whole (and maybe
+                // acknowledged).
+                let intact_after = intact_run_to_end(bytes, offset + 1);
+                return match intact_after {
+                    None if is_newest => Ok(SegmentEnd::TornTail { at: offset, reason }),
+                    None => Err(LogError::Damaged {
+                        segment: number,
+                        offset: offset as u64,
+                        reason: reason.to_string(),
+                    }),
+                    Some((at, records)) => Err(LogError::Damaged {
+                        segment: number,
+                        offset: offset as u64,
+                        reason: format!(
+                            "{reason}, yet {records} intact record(s) follow from byte {at} to \
+                             the end: damage in the middle of the segment, not a torn tail"
+                        ),
+                    }),
+                };
+            }
+        }
+    }
+}
+
+/// What [`check`] found in one segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentCheck {
+    /// The segment's number.
+    pub segment: u64,
+    /// Whole records read before its end (or the damage).
+    pub records: u64,
+    /// The file's length.
+    pub bytes: u64,
+    /// How its records end.
+    pub state: SegmentState,
+}
+
+/// How a checked segment's records end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SegmentState {
+    /// Every byte is a whole record.
+    Whole,
+    /// A crash's torn tail, which the next open cuts at `at`.
+    TornTail {
+        /// Where the last whole record ends.
+        at: u64,
+        /// What was found there.
+        reason: InvalidFrame,
+    },
+    /// Damage: the log will not open until a person looks.
+    Damaged {
+        /// Where.
+        offset: u64,
+        /// What was found there.
+        reason: String,
+    },
+}
+
+/// Reads every segment of the log in `dir` without changing anything (a
+/// torn tail is reported, not cut) and says what is readable where.
+pub fn check(dir: &Path) -> Result<Vec<SegmentCheck>, LogError> {
+    let disk = RealDisk;
+    let numbers = segment_numbers(&disk, dir)?;
+    let newest = numbers.last().copied();
+    let mut checks = Vec::with_capacity(numbers.len());
+    for number in numbers {
+        let path = segment_path(dir, number);
+        let bytes = disk.read(&path).map_err(io_error("read", &path))?;
+        let is_newest = Some(number) == newest;
+        let mut records = 0;
+        let state = if read_header(&bytes).is_none() {
+            if is_newest && torn_at_creation(&bytes) {
+                SegmentState::TornTail {
+                    at: 0,
+                    reason: InvalidFrame::ShortHeader {
+                        available: bytes.len(),
+                    },
+                }
+            } else {
+                SegmentState::Damaged {
+                    offset: 0,
+                    reason: "not an ackbox log segment header".to_owned(),
+                }
+            }
+        } else {
+            match walk_segment(number, &bytes, is_newest, |_, _| {
+                records += 1;
+                Ok(())
+            }) {
+                Ok(SegmentEnd::Whole) => SegmentState::Whole,
+                Ok(SegmentEnd::TornTail { at, reason }) => SegmentState::TornTail {
+                    at: at as u64,
+                    reason,
+                },
+                Err(LogError::Damaged { offset, reason, .. }) => {
+                    SegmentState::Damaged { offset, reason }
+                }
+                Err(error) => return Err(error),
+            }
+        };
+        checks.push(SegmentCheck {
+            segment: number,
+            records,
+            bytes: bytes.len() as u64,
+            state,
+        });
+    }
+    Ok(checks)
+}
+
+/// The first offset at or after `from` where intact frames run to the very
+/// end of `bytes`, and how many there are. Such a run after bad bytes cannot
+/// be a torn write's leftovers: a tear ends the segment.
+fn intact_run_to_end(bytes: &[u8], from: usize) -> Option<(usize, usize)> {
+    (from..bytes.len()).find_map(|start| {
+        let mut offset = start;
+        let mut records = 0;
+        loop {
+            match next_frame(&bytes[offset..]) {
+                FrameRead::Frame { len, .. } => {
+                    offset += len;
+                    records += 1;
+                }
+                FrameRead::End if records > 0 => return Some((start, records)),
+                FrameRead::End | FrameRead::Invalid(_) => return None,
+            }
+        }
+    })
+}
+
 /// The payload of `frame`, which must be exactly one whole, intact frame.
 fn checked_payload(frame: &[u8], position: LogPosition) -> Result<&[u8], LogError> {
     match next_frame(frame) {
@@ -657,7 +805,8 @@ fn checked_payload(frame: &[u8], position: LogPosition) -> Result<&[u8], LogErro
     }
 }
 
-fn segment_path(dir: &Path, number: u64) -> PathBuf {
+/// The file of segment `number` in `dir`.
+pub fn segment_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("{number:020}{SEGMENT_SUFFIX}"))
 }
 

@@ -606,3 +606,58 @@ fn a_purge_left_to_the_sweep_survives_compaction_copying_what_it_covers() {
         "the copies came back without the purge that covers them"
     );
 }
+
+#[test]
+fn damage_in_the_middle_of_the_newest_segment_stops_the_open_and_names_the_byte() {
+    // A torn tail ends the segment; bad bytes with whole records after them
+    // are damage, and cutting there would drop records written whole.
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut log, mut ledger, _) = reopen(dir.path(), LogOptions::default()).expect("a new log");
+    let positions: Vec<LogPosition> = (0..4)
+        .map(|index| {
+            let seq = ledger.allocate_seqs(1).start;
+            append(
+                &mut log,
+                &mut ledger,
+                &[sent(seq, &format!("body {index}"))],
+            )[0]
+        })
+        .collect();
+    log.sync().expect("an fsync");
+    drop(log);
+    let segment = segment_files(dir.path()).pop().expect("the newest segment");
+    let damaged = u64::from(positions[1].offset) + 10;
+    let mut bytes = fs::read(&segment).expect("the segment");
+    bytes[damaged as usize] ^= 0xFF;
+    fs::write(&segment, &bytes).expect("the damaged segment");
+    let refused = reopen(dir.path(), LogOptions::default()).err();
+    let Some(LogError::Damaged {
+        segment: number,
+        offset,
+        reason,
+    }) = refused
+    else {
+        panic!("damage in the middle was not named: {refused:?}");
+    };
+    assert_eq!(number, u64::from(positions[1].segment));
+    assert_eq!(
+        offset,
+        u64::from(positions[1].offset),
+        "the damaged record's start"
+    );
+    assert!(reason.contains("2 intact record(s) follow"), "{reason}");
+    assert_eq!(
+        fs::read(&segment).expect("the segment"),
+        bytes,
+        "nothing was cut"
+    );
+
+    // The same bytes torn off the end instead are a torn tail: cut, and the
+    // log goes on.
+    bytes.truncate(damaged as usize + 1);
+    fs::write(&segment, &bytes).expect("a torn segment");
+    let (_, reopened, recovery) = reopen(dir.path(), LogOptions::default()).expect("a reopen");
+    assert_eq!(recovery.records, 1);
+    assert!(recovery.truncated.is_some());
+    assert_eq!(reopened.len(), 1);
+}

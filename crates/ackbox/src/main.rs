@@ -49,6 +49,8 @@ enum Command {
     Redrive(cmd::redrive::Args),
     /// Load-test ackbox, alone or side by side with RabbitMQ, NATS and PostgreSQL.
     Bench(cmd::bench::Args),
+    /// Check an embedded store's files: what is readable, where damage is.
+    Store(cmd::store::Args),
 }
 
 fn init_tracing(format: LogFormat, default_level: &str) {
@@ -97,6 +99,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Dlq(args) => cmd::dlq::run(args).await,
             Command::Redrive(args) => cmd::redrive::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
+            Command::Store(args) => cmd::store::run(args).await,
         }
     })
 }

@@ -277,6 +277,81 @@ fn serve_refuses_a_data_dir_another_server_holds_until_it_is_gone() {
     assert_eq!(bodies, ["also kept", "kept"]);
 }
 
+fn store_check(data_dir: &std::path::Path) -> Output {
+    Command::new(BINARY)
+        .args(["store", "check", "--data-dir"])
+        .arg(data_dir)
+        .env("ACKBOX_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn damage_in_the_log_stops_serve_and_store_check_names_the_byte() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(
+        BINARY.as_ref(),
+        data_dir.path(),
+        free_port(),
+        &["--store", "log"],
+    );
+    ok_stdout(ackbox(&server.url(), &["queue", "create", "checked"]));
+    for body in ["first", "second", "third"] {
+        ok_stdout(ackbox(&server.url(), &["send", "checked", body]));
+    }
+    let busy = store_check(data_dir.path());
+    assert!(!busy.status.success(), "checked a directory a server holds");
+    assert!(
+        String::from_utf8_lossy(&busy.stderr).contains("in use by another ackbox"),
+        "{}",
+        String::from_utf8_lossy(&busy.stderr)
+    );
+    server.kill9();
+
+    let sound = ok_stdout(store_check(data_dir.path()));
+    assert!(sound.contains("ackbox.sqlite: ok"), "{sound}");
+    assert!(sound.contains("3 record(s) readable"), "{sound}");
+    assert!(sound.contains("whole"), "{sound}");
+
+    // A byte of the first message's record flips: the two after it are
+    // whole, so this is damage, not a torn tail to cut.
+    let segment = data_dir.path().join("log").join("00000000000000000001.log");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let first_record = 24;
+    bytes[first_record + 12] ^= 0xFF;
+    std::fs::write(&segment, &bytes).unwrap();
+    let refused = Command::new(BINARY)
+        .args(["serve", "--port", "0", "--store", "log", "--data-dir"])
+        .arg(data_dir.path())
+        .env("ACKBOX_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "served a damaged log");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{} is damaged at byte {first_record}",
+            segment.display()
+        )) && stderr.contains("ackbox store check"),
+        "{stderr}"
+    );
+    let checked = store_check(data_dir.path());
+    assert!(!checked.status.success());
+    let report = String::from_utf8_lossy(&checked.stdout);
+    assert!(
+        report.contains(&format!(
+            "0 record(s) readable, {} bytes, DAMAGED at byte {first_record}",
+            bytes.len()
+        )),
+        "{report}"
+    );
+    assert_eq!(
+        std::fs::read(&segment).unwrap(),
+        bytes,
+        "the check changed nothing"
+    );
+}
+
 /// `ackbox_worker_threads` from the server's `/metrics`.
 async fn worker_threads(server: &ServerProcess) -> usize {
     let reply = ackbox_testkit::client::call_raw(&server.url(), "GET", "/metrics", &[], b"").await;

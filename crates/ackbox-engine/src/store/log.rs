@@ -108,12 +108,19 @@ impl LogStore {
             Durability::Fsync => GroupCommitOptions::default(),
             Durability::Relaxed { sync_interval } => GroupCommitOptions { sync_interval },
         };
-        let (queues, recovery) = {
+        let opened = {
             let log_dir = log_dir.clone();
             off_the_runtime(move || {
                 StandardQueues::open(&log_dir, LogOptions::default(), commit_options)
             })
-            .await?
+            .await
+        };
+        let (queues, recovery) = match opened {
+            Ok(opened) => opened,
+            Err(error) => {
+                let _ = sqlite.close().await;
+                return Err(name_the_damage(error, data_dir, &log_dir));
+            }
         };
         tracing::info!(
             dir = %log_dir.display(),
@@ -364,6 +371,30 @@ fn spawn_compaction(queues: Weak<StandardQueues>) -> Result<(), StoreError> {
             path: "ackbox-log-compaction thread".to_owned(),
             source,
         })
+}
+
+/// A damaged log, said with the file, the byte and the command that
+/// reports what is readable.
+fn name_the_damage(error: StoreError, data_dir: &Path, log_dir: &Path) -> StoreError {
+    match error {
+        StoreError::Log {
+            source:
+                QueuesError::Log(ackbox_log::log::LogError::Damaged {
+                    segment,
+                    offset,
+                    reason,
+                }),
+            ..
+        } => StoreError::Corrupt {
+            detail: format!(
+                "{} is damaged at byte {offset}: {reason}; the store will not open over it \
+                 (`ackbox store check --data-dir {}` reports what is readable)",
+                ackbox_log::log::segment_path(log_dir, segment).display(),
+                data_dir.display()
+            ),
+        },
+        other => other,
+    }
 }
 
 /// Whether `log_dir` holds any segment file.

@@ -15,6 +15,7 @@ use ackbox_core::clock::Timestamp;
 use ackbox_core::message::MessageAttributes;
 use async_trait::async_trait;
 
+pub mod check;
 pub mod data_dir;
 pub mod log;
 mod move_step;

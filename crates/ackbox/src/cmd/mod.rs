@@ -7,3 +7,4 @@ pub(crate) mod receive;
 pub(crate) mod redrive;
 pub(crate) mod send;
 pub(crate) mod serve;
+pub(crate) mod store;

@@ -34,7 +34,7 @@ use super::data_dir::DataDirLock;
 
 use checkpoint::Checkpointer;
 use mutation::{QUEUE_COLUMNS, database_error, queue_from_row, queue_record};
-pub(crate) use mutation::{StepProgress, TaskPosition};
+pub(crate) use mutation::{StepProgress, TaskPosition, database_error as mutation_error};
 use writer::{Commit, Writer};
 
 /// The database file inside the data directory.

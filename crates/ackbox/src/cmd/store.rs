@@ -1,0 +1,72 @@
+//! `ackbox store check`: what an embedded store's files hold, read without
+//! changing anything, for when a server refuses to start over damage (or
+//! before trusting a restored backup). Exits non-zero when anything is
+//! damaged; a torn tail, which the next start cuts, is reported but sound.
+
+use std::path::PathBuf;
+
+use ackbox_engine::store::check::{StoreCheck, check};
+use ackbox_log::log::SegmentState;
+
+/// Flags of `ackbox store`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    command: StoreCommand,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum StoreCommand {
+    /// Read the database and every log segment and report what is readable
+    /// and where damage starts (the server must be stopped).
+    Check {
+        /// Directory of the embedded store.
+        #[arg(long, env = "ACKBOX_DATA_DIR", default_value = "./ackbox-data")]
+        data_dir: PathBuf,
+    },
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
+    let StoreCommand::Check { data_dir } = args.command;
+    let report = tokio::task::spawn_blocking(move || check(&data_dir)).await??;
+    print!("{}", describe(&report));
+    anyhow::ensure!(report.is_sound(), "the store is damaged; see above");
+    Ok(())
+}
+
+fn describe(report: &StoreCheck) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    match &report.database {
+        Some((path, problems)) if problems.iter().all(|line| line == "ok") => {
+            let _ = writeln!(out, "{}: ok", path.display());
+        }
+        Some((path, problems)) => {
+            let _ = writeln!(out, "{}: damaged", path.display());
+            for problem in problems {
+                let _ = writeln!(out, "  {problem}");
+            }
+        }
+        None => out.push_str("no database\n"),
+    }
+    if let Some((dir, segments)) = &report.log {
+        let _ = writeln!(out, "{}: {} segment(s)", dir.display(), segments.len());
+        for segment in segments {
+            let state = match &segment.state {
+                SegmentState::Whole => "whole".to_owned(),
+                SegmentState::TornTail { at, reason } => {
+                    format!("torn tail at byte {at} ({reason}); the next start cuts it there")
+                }
+                SegmentState::Damaged { offset, reason } => {
+                    format!("DAMAGED at byte {offset}: {reason}")
+                }
+            };
+            let _ = writeln!(
+                out,
+                "  segment {:020}: {} record(s) readable, {} bytes, {state}",
+                segment.segment, segment.records, segment.bytes
+            );
+        }
+    }
+    out
+}
