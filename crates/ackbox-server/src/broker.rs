@@ -9,7 +9,7 @@ use std::sync::Arc;
 use ackbox_core::clock::Clock;
 use ackbox_core::queue_name::Realm;
 use ackbox_engine::secret::load_or_create_receipt_key;
-use ackbox_engine::store::Store;
+use ackbox_engine::store::{Store, StoreError};
 use ackbox_engine::store::log::LogStore;
 use ackbox_engine::store::postgres::{PostgresOptions, PostgresStore};
 use ackbox_engine::store::sqlite::{Durability, SqliteStore};
@@ -62,6 +62,9 @@ pub struct BrokerConfig {
     pub tls: Option<TlsFiles>,
     /// Sizes, connection counts and timeouts.
     pub limits: HttpLimits,
+    /// Bytes of the embedded store's disk held back, so that a full disk
+    /// refuses sends but not receives and deletes (0: none).
+    pub disk_reserve_bytes: u64,
 }
 
 impl BrokerConfig {
@@ -79,6 +82,7 @@ impl BrokerConfig {
             credentials: None,
             tls: None,
             limits: HttpLimits::default(),
+            disk_reserve_bytes: 0,
         }
     }
 }
@@ -190,7 +194,7 @@ impl RunningBroker {
             None => {
                 // The store takes the data directory first: a second server
                 // on it stops here, before it touches anything.
-                let store: Arc<dyn Store> = match config.embedded {
+                let (store, reserved): (Arc<dyn Store>, _) = match config.embedded {
                     EmbeddedStore::Sqlite => {
                         let store = SqliteStore::open(&config.data_dir, config.durability)
                             .map_err(store_error)?;
@@ -200,14 +204,31 @@ impl RunningBroker {
                             let _ = store.close().await;
                             return Err(store_error(refused));
                         }
-                        Arc::new(store)
+                        let reserved = store.reserve_disk(config.disk_reserve_bytes);
+                        (Arc::new(store), reserved)
                     }
-                    EmbeddedStore::Log => Arc::new(
-                        LogStore::open(&config.data_dir, config.durability)
+                    EmbeddedStore::Log => {
+                        let store = LogStore::open(&config.data_dir, config.durability)
                             .await
-                            .map_err(store_error)?,
-                    ),
+                            .map_err(store_error)?;
+                        let reserved = store.reserve_disk(config.disk_reserve_bytes);
+                        (Arc::new(store), reserved)
+                    }
                 };
+                match reserved {
+                    Ok(()) => {}
+                    // Serving reads and deletes beats not starting; sends
+                    // wait for room, as after any full disk.
+                    Err(StoreError::DiskFull { detail }) => tracing::warn!(
+                        bytes = config.disk_reserve_bytes,
+                        detail,
+                        "the disk has no room for the reserve: sends are refused until it has"
+                    ),
+                    Err(error) => {
+                        let _ = store.close().await;
+                        return Err(store_error(error));
+                    }
+                }
                 let key = match load_or_create_receipt_key(&config.data_dir) {
                     Ok(key) => key,
                     Err(error) => {

@@ -60,6 +60,11 @@ impl ApiError {
     /// The error response in `protocol`'s shape, logged as its kind deserves.
     pub fn render(self, protocol: Protocol, request_id: &str) -> Response {
         match &self {
+            // A full disk or a store shutting down answers every request the
+            // same way for a while: warned, not an error per request.
+            Self::Store(source) if source.is_retryable() => {
+                tracing::warn!(error = %source, "store unavailable; the client retries");
+            }
             Self::Store(source) => {
                 tracing::error!(error = %source, cause = ?std::error::Error::source(source), "store failure");
             }

@@ -126,6 +126,8 @@ impl TestServerBuilder {
                 .as_ref()
                 .map(|certificate| certificate.files.clone()),
             limits: self.limits.unwrap_or_default(),
+            // Tests that fill a disk use the binary on a small filesystem.
+            disk_reserve_bytes: 0,
         };
         let broker = RunningBroker::start(config.clone(), Arc::clone(&clock))
             .await

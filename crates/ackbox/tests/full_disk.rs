@@ -1,10 +1,12 @@
 //! A full disk under the real binary, on each embedded store: `ackbox
-//! serve` on a tmpfs of a few MiB takes sends until the disk is full; then
-//! a send is answered `ServiceUnavailable` (which every SQS client
-//! retries), never a hang or an internal error; `/healthz` and
-//! `ackbox_store_disk_full` say the disk is full; once the filesystem has
-//! room again, sends are taken without a restart; and every acknowledged
-//! message is there.
+//! serve` on a 6 MiB tmpfs, holding 3 MiB in reserve (a lease rewrites a
+//! large message's pages in SQLite's WAL), takes sends until the disk is
+//! full; then a send is answered `ServiceUnavailable`
+//! (which every SQS client retries), never a hang or an internal error;
+//! `/healthz` and `ackbox_store_disk_full` say the disk is full; receives,
+//! deletes and visibility changes go on in the released reserve while sends
+//! are refused; once the filesystem has room again, sends are taken without
+//! a restart; and every acknowledged message not deleted is there.
 //!
 //! Mounting a tmpfs needs root (as `.ci/run` runs); elsewhere the test says
 //! it is skipped.
@@ -94,11 +96,16 @@ async fn disk_full_gauge(endpoint: &str) -> String {
 }
 
 async fn a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room(store: &str) {
-    let Some(disk) = SmallDisk::mount("4m") else {
+    let Some(disk) = SmallDisk::mount("6m") else {
         return;
     };
     let data_dir = disk.path().join("data");
-    let server = ServerProcess::start(BINARY.as_ref(), &data_dir, free_port(), &["--store", store]);
+    let server = ServerProcess::start(
+        BINARY.as_ref(),
+        &data_dir,
+        free_port(),
+        &["--store", store, "--disk-reserve-mib", "3"],
+    );
     let endpoint = server.url();
     let (status, created) = sqs(&endpoint, "CreateQueue", json!({"QueueName": "full"})).await;
     assert_eq!(status, 200, "{created}");
@@ -122,7 +129,7 @@ async fn a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room(st
             break (status, answer);
         }
         acknowledged.push(body);
-        assert!(acknowledged.len() < 200, "4 MiB never filled");
+        assert!(acknowledged.len() < 200, "6 MiB never filled");
     };
     assert_eq!(
         (refusal.0, refusal.1["__type"].as_str()),
@@ -140,18 +147,77 @@ async fn a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room(st
     assert!(health.contains("disk is full"), "{health}");
     assert_eq!(disk_full_gauge(&endpoint).await, "ackbox_store_disk_full 1");
 
-    disk.resize("64m");
-    let after = format!("{}-after", acknowledged.len());
+    // The reserve went to the store: receives, visibility changes and
+    // deletes, which write too, go on while sends are refused.
     let (status, answer) = sqs(
         &endpoint,
-        "SendMessage",
-        json!({"QueueUrl": queue_url, "MessageBody": after}),
+        "ReceiveMessage",
+        json!({"QueueUrl": queue_url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 30}),
     )
     .await;
     assert_eq!(
         status, 200,
-        "--store {store}: sends resume without a restart: {answer}"
+        "--store {store}: a receive on a full disk: {answer}"
     );
+    let leased = answer["Messages"].as_array().cloned().unwrap_or_default();
+    assert_eq!(leased.len(), 10, "{answer}");
+    for message in &leased[..5] {
+        let (status, answer) = sqs(
+            &endpoint,
+            "DeleteMessage",
+            json!({"QueueUrl": queue_url, "ReceiptHandle": message["ReceiptHandle"]}),
+        )
+        .await;
+        assert_eq!(
+            status, 200,
+            "--store {store}: a delete on a full disk: {answer}"
+        );
+        let body = message["Body"].as_str().unwrap();
+        acknowledged.retain(|sent| sent != body);
+    }
+    for message in &leased[5..] {
+        let (status, answer) = sqs(
+            &endpoint,
+            "ChangeMessageVisibility",
+            json!({"QueueUrl": queue_url, "ReceiptHandle": message["ReceiptHandle"], "VisibilityTimeout": 0}),
+        )
+        .await;
+        assert_eq!(
+            status, 200,
+            "--store {store}: a visibility change on a full disk: {answer}"
+        );
+    }
+    let (status, _) = sqs(
+        &endpoint,
+        "SendMessage",
+        json!({"QueueUrl": queue_url, "MessageBody": "still full"}),
+    )
+    .await;
+    assert_eq!(
+        status, 503,
+        "--store {store}: a send while the reserve is given away"
+    );
+
+    disk.resize("64m");
+    let after = format!("{}-after", acknowledged.len());
+    // A refused send takes the reserve back at most once a second.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, answer) = sqs(
+            &endpoint,
+            "SendMessage",
+            json!({"QueueUrl": queue_url, "MessageBody": after}),
+        )
+        .await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "--store {store}: sends did not resume without a restart: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     acknowledged.push(after);
     assert_eq!(healthz(&endpoint).await.0, 200);
     assert_eq!(disk_full_gauge(&endpoint).await, "ackbox_store_disk_full 0");

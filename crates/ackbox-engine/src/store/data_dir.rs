@@ -118,3 +118,156 @@ mod tests {
         DataDirLock::acquire(&data_dir).expect("free again once the holder let go");
     }
 }
+
+/// The reserve file inside the data directory.
+pub const RESERVE_FILE: &str = "ackbox.reserve";
+
+/// Space held back in the data directory's filesystem, so that a full disk
+/// refuses sends but not receives, deletes and visibility changes, which
+/// write too (a lease is a row or a record). A write that finds the disk
+/// full releases the reserve; sends are then refused without being tried,
+/// while everything else goes on in the space released; a send tries to
+/// take the reserve back (at most once a second) and is taken again once
+/// that succeeds.
+#[derive(Debug)]
+pub struct DiskReserve {
+    path: PathBuf,
+    /// Written by sends, failed writes and `hold`; read by health checks.
+    state: std::sync::Mutex<ReserveState>,
+}
+
+#[derive(Debug, Default)]
+struct ReserveState {
+    /// How much to hold back; 0 holds nothing.
+    bytes: u64,
+    /// The file holds `bytes` now.
+    held: bool,
+    /// When a send last tried to take the reserve back.
+    last_attempt: Option<std::time::Instant>,
+}
+
+/// How often a refused send tries to take the reserve back.
+const RESERVE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl DiskReserve {
+    /// No reserve yet, for the data directory `data_dir`.
+    pub fn new(data_dir: &Path) -> Self {
+        Self {
+            path: data_dir.join(RESERVE_FILE),
+            state: std::sync::Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ReserveState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Holds `bytes` back (0: none). Fails when the disk has not that much
+    /// room; sends are refused then, as after a full disk.
+    pub fn hold(&self, bytes: u64) -> Result<(), StoreError> {
+        let mut state = self.lock();
+        state.bytes = bytes;
+        self.fill(&mut state)
+    }
+
+    fn fill(&self, state: &mut ReserveState) -> Result<(), StoreError> {
+        let io_error = |source| StoreError::Io {
+            path: self.path.display().to_string(),
+            source,
+        };
+        if state.bytes == 0 {
+            state.held = false;
+            return match std::fs::remove_file(&self.path) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(io_error(error)),
+                _ => Ok(()),
+            };
+        }
+        let written = write_zeros(&self.path, state.bytes);
+        state.held = written.is_ok();
+        written.map_err(|source| {
+            // Half a reserve is space taken from the store for nothing.
+            let _ = std::fs::remove_file(&self.path);
+            if source.raw_os_error() == Some(28) {
+                StoreError::DiskFull {
+                    detail: format!("no room for a reserve of {} bytes", state.bytes),
+                }
+            } else {
+                io_error(source)
+            }
+        })
+    }
+
+    /// Gives the reserve's space to the store: a write found the disk full.
+    pub fn release(&self) {
+        let mut state = self.lock();
+        if !state.held {
+            return;
+        }
+        state.held = false;
+        state.last_attempt = Some(std::time::Instant::now());
+        match std::fs::remove_file(&self.path) {
+            Ok(()) => tracing::warn!(
+                reserve = %self.path.display(),
+                bytes = state.bytes,
+                "the disk is full: released the reserve so that receives and deletes go on; \
+                 sends are refused until there is room again"
+            ),
+            Err(error) => {
+                tracing::error!(reserve = %self.path.display(), %error, "could not release the disk reserve");
+            }
+        }
+    }
+
+    /// Whether sends are refused: the reserve is given away (or could never
+    /// be held) and has not been taken back.
+    pub fn refusing_sends(&self) -> bool {
+        let state = self.lock();
+        state.bytes > 0 && !state.held
+    }
+
+    /// For a send: whether it may go ahead, taking the reserve back first if
+    /// it was released and the last try is a second old.
+    pub fn admit_send(&self) -> bool {
+        let mut state = self.lock();
+        if state.bytes == 0 || state.held {
+            return true;
+        }
+        if state
+            .last_attempt
+            .is_some_and(|last| last.elapsed() < RESERVE_RETRY)
+        {
+            return false;
+        }
+        state.last_attempt = Some(std::time::Instant::now());
+        if self.fill(&mut state).is_ok() {
+            tracing::info!(reserve = %self.path.display(), "the disk has room again: the reserve is held and sends are taken");
+            return true;
+        }
+        false
+    }
+}
+
+/// Makes `path` a file of `bytes` zeros, written (not a sparse hole, which
+/// would reserve nothing) and synced.
+fn write_zeros(path: &Path, bytes: u64) -> std::io::Result<()> {
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    let mut length = file.metadata()?.len();
+    if length > bytes {
+        file.set_len(bytes)?;
+        length = bytes;
+    }
+    file.seek(std::io::SeekFrom::Start(length))?;
+    let chunk = vec![0u8; 1 << 20];
+    while length < bytes {
+        let next = usize::try_from((bytes - length).min(chunk.len() as u64)).unwrap_or(chunk.len());
+        file.write_all(&chunk[..next])?;
+        length += next as u64;
+    }
+    file.sync_data()
+}

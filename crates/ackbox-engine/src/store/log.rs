@@ -146,6 +146,12 @@ impl LogStore {
         })
     }
 
+    /// As [`SqliteStore::reserve_disk`]: the reserve is shared by both
+    /// halves, which live on one filesystem.
+    pub fn reserve_disk(&self, bytes: u64) -> Result<(), StoreError> {
+        self.sqlite.reserve_disk(bytes)
+    }
+
     /// Refuses a data directory whose log still holds messages, before the
     /// SQLite store is opened there alone (`--store sqlite`): it would not
     /// see them. The ledger is rebuilt from the log as the log store's start
@@ -577,6 +583,7 @@ impl Store for LogStore {
                 queue_id: params.queue_id,
             });
         }
+        self.sqlite.refuse_send_while_full()?;
         if !self.log_written.load(Ordering::Acquire) {
             let now = params.messages.first().map_or(0, |message| message.sent_at);
             self.sqlite.mark_log_written(now).await?;
@@ -612,6 +619,7 @@ impl Store for LogStore {
             .map_err(log_error("message_insert_batch"));
         if matches!(sent, Err(StoreError::DiskFull { .. })) {
             self.log_full.store(true, Ordering::Release);
+            self.sqlite.release_reserve();
         }
         let (seqs, lsn) = sent?;
         let inserted = message_ids

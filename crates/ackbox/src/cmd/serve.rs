@@ -70,6 +70,12 @@ pub(crate) struct Args {
     /// Durability of acknowledged writes.
     #[arg(long, env = "ACKBOX_DURABILITY", value_enum, default_value_t = DurabilityMode::Fsync)]
     durability: DurabilityMode,
+    /// MiB of the embedded store's disk held back (`ackbox.reserve` in
+    /// `--data-dir`): when the disk fills, the reserve is released so that
+    /// receives and deletes go on while sends are refused until there is
+    /// room again. 0 holds nothing back.
+    #[arg(long, env = "ACKBOX_DISK_RESERVE_MIB", default_value_t = 64)]
+    disk_reserve_mib: u64,
     /// With `--durability relaxed`: the longest an acknowledged write stays un-fsynced.
     #[arg(long, env = "ACKBOX_FSYNC_INTERVAL_MS", default_value_t = 100)]
     fsync_interval_ms: u64,
@@ -372,6 +378,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         credentials: args.credentials()?,
         tls,
         limits: args.limits(),
+        disk_reserve_bytes: args.disk_reserve_mib.saturating_mul(1 << 20),
     };
     let authenticated = config.credentials.is_some();
     let mut broker = RunningBroker::start(config, Arc::new(SystemClock)).await?;

@@ -30,7 +30,7 @@ mod writer;
 
 pub use writer::Durability;
 
-use super::data_dir::DataDirLock;
+use super::data_dir::{DataDirLock, DiskReserve};
 
 use checkpoint::Checkpointer;
 use mutation::{QUEUE_COLUMNS, database_error, queue_from_row, queue_record};
@@ -51,6 +51,8 @@ struct Inner {
     /// Holds the data directory for this store; let go at close.
     lock: Mutex<Option<DataDirLock>>,
     writer: Writer,
+    /// Space held back so that a full disk refuses only sends.
+    reserve: Arc<DiskReserve>,
     /// Copies the WAL into the database off the writer thread.
     checkpointer: Checkpointer,
     /// Read-only connection for listings and statistics; never used by the writer.
@@ -137,6 +139,7 @@ impl SqliteStore {
     /// second store on it is refused ([`StoreError::DataDirInUse`]).
     pub fn open(data_dir: &Path, durability: Durability) -> Result<Self, StoreError> {
         let lock = DataDirLock::acquire(data_dir)?;
+        let reserve = Arc::new(DiskReserve::new(data_dir));
         let path = data_dir.join(DATABASE_FILE);
         let mut writer_connection = open_connection(&path, OpenFlags::default())?;
         keep_free_pages_reclaimable(&writer_connection, &path)?;
@@ -172,10 +175,41 @@ impl SqliteStore {
             inner: Arc::new(Inner {
                 lock: Mutex::new(Some(lock)),
                 checkpointer,
-                writer: Writer::start(writer_connection, wal_path, durability)?,
+                writer: Writer::start(
+                    writer_connection,
+                    wal_path,
+                    durability,
+                    Arc::clone(&reserve),
+                )?,
+                reserve,
                 reader: Mutex::new(reader),
             }),
         })
+    }
+
+    /// Holds `bytes` of the disk back, so that a full disk refuses sends
+    /// but lets receives, deletes and visibility changes go on (see
+    /// [`DiskReserve`]). Fails when there is not that much room.
+    pub fn reserve_disk(&self, bytes: u64) -> Result<(), StoreError> {
+        self.inner.reserve.hold(bytes)
+    }
+
+    /// For a send: the refusal while the disk is full (the reserve given
+    /// away and not yet taken back).
+    pub(crate) fn refuse_send_while_full(&self) -> Result<(), StoreError> {
+        if self.inner.reserve.admit_send() {
+            return Ok(());
+        }
+        Err(StoreError::DiskFull {
+            detail: "sends wait for room (the disk reserve is released so that receives and \
+                     deletes go on)"
+                .to_owned(),
+        })
+    }
+
+    /// Gives the disk reserve to the store: a write found the disk full.
+    pub(crate) fn release_reserve(&self) {
+        self.inner.reserve.release();
     }
 
     /// Whether the log beside this database has ever taken a message.
@@ -416,6 +450,7 @@ impl Store for SqliteStore {
         &self,
         params: MessageInsertParams,
     ) -> Result<Vec<InsertedMessage>, StoreError> {
+        self.refuse_send_while_full()?;
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
@@ -640,7 +675,7 @@ impl Store for SqliteStore {
     }
 
     fn disk_full(&self) -> bool {
-        self.inner.writer.disk_full()
+        self.inner.writer.disk_full() || self.inner.reserve.refusing_sends()
     }
 
     async fn close(&self) -> Result<(), StoreError> {

@@ -54,6 +54,7 @@ use rusqlite::Connection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::later_file::LaterFile;
+use crate::store::data_dir::DiskReserve;
 use crate::store::StoreError;
 
 /// Jobs committed together at most; bounds the latency one commit adds.
@@ -268,6 +269,9 @@ pub(crate) struct Writer {
     /// Set when a write fails for want of space, cleared when a durable
     /// write commits again; shared with the committer.
     disk_full: Arc<AtomicBool>,
+    /// Released when a write finds the disk full, so that what is not a
+    /// send goes on.
+    reserve: Arc<DiskReserve>,
 }
 
 impl std::fmt::Debug for Writer {
@@ -330,6 +334,7 @@ impl Writer {
         connection: Connection,
         wal_path: PathBuf,
         durability: Durability,
+        reserve: Arc<DiskReserve>,
     ) -> Result<Self, StoreError> {
         let thread_error = |source| StoreError::Io {
             path: "ackbox-sqlite-writer thread".to_owned(),
@@ -383,6 +388,7 @@ impl Writer {
             slots: Arc::new(Semaphore::new(QUEUE_CAPACITY)),
             thread: Mutex::new(Some(thread)),
             disk_full,
+            reserve,
         })
     }
 
@@ -477,8 +483,16 @@ impl Writer {
         let outcome = answer.await.map_err(|_| StoreError::Unavailable {
             reason: "the writer stopped before answering",
         })?;
+        // A commit that failed for space answers `Unavailable`; the flag
+        // it set says why.
+        if outcome.is_err() && self.disk_full.load(Ordering::Acquire) {
+            self.reserve.release();
+        }
         match &outcome {
-            Err(StoreError::DiskFull { .. }) => self.disk_full.store(true, Ordering::Release),
+            Err(StoreError::DiskFull { .. }) => {
+                self.disk_full.store(true, Ordering::Release);
+                self.reserve.release();
+            }
             // A durable write that commits is what a full disk refuses first.
             Ok(_) if commit == Commit::Durable => self.disk_full.store(false, Ordering::Release),
             _ => {}
@@ -1035,7 +1049,13 @@ mod tests {
                 "{pragmas} PRAGMA journal_mode=WAL; CREATE TABLE t (v INTEGER NOT NULL);"
             ))
             .unwrap();
-        Writer::start(connection, dir.path().join("db.sqlite-wal"), durability).unwrap()
+        Writer::start(
+            connection,
+            dir.path().join("db.sqlite-wal"),
+            durability,
+            Arc::new(DiskReserve::new(dir.path())),
+        )
+        .unwrap()
     }
 
     /// (free pages, all pages) of the file.
