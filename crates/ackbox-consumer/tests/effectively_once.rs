@@ -1,9 +1,9 @@
-//! Seed 000 §29, the testing matrix, as tests that count business rows: a
+//! The failure matrix (ARCHITECTURE.md), as tests that count business rows: a
 //! real broker (ackbox over SQS always; RabbitMQ and NATS JetStream when
 //! `ACKBOX_TEST_AMQP_URL` and `ACKBOX_TEST_NATS_URL` are set), a real
 //! application database (SQLite always, PostgreSQL when
 //! `ACKBOX_TEST_POSTGRES_URL` is set), and the consumer in between. One
-//! suite, instantiated per transport and inbox database (STYLE T2).
+//! suite, instantiated per transport and inbox database (ARCHITECTURE.md, "Conventions the tests cite").
 
 mod support;
 

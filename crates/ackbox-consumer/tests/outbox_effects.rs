@@ -1,4 +1,4 @@
-//! Seed 000 §29, the rest of the matrix: an outbox relay that publishes an
+//! The rest of the failure matrix (ARCHITECTURE.md): an outbox relay that publishes an
 //! event twice, an external call that times out, an event that arrives out
 //! of order, and a replay — against a real broker and a real database
 //! (SQLite always, PostgreSQL when `ACKBOX_TEST_POSTGRES_URL` is set).

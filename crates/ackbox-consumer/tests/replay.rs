@@ -1,4 +1,4 @@
-//! Replay (seed 000 §18): rebuilding a read model from history re-applies
+//! Replay (invariant 9, ARCHITECTURE.md): rebuilding a read model from history re-applies
 //! every event, even those the inbox says were applied, while no
 //! irreversible effect happens again — and a replay only catches up (applies
 //! what never was) unless the handler asks to rebuild. Against ackbox over

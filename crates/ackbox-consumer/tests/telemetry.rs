@@ -1,4 +1,4 @@
-//! What a consumer tells operators (seed 000 §27, §28): metrics labelled by
+//! What a consumer tells operators (invariant 10, ARCHITECTURE.md): metrics labelled by
 //! consumer and event type, one log line per decision carrying the
 //! message's identity and lineage, and lineage handed on to the events a
 //! handler writes to the outbox. Read here as an operator would read them:

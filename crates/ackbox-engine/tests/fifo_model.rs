@@ -1,4 +1,4 @@
-//! Model-based property test of FIFO semantics (DESIGN invariant 5): random
+//! Model-based property test of FIFO semantics (invariant 5, ARCHITECTURE.md): random
 //! interleavings of sends (with repeated deduplication ids), receives,
 //! deletes, visibility changes, clock moves and restarts, across several
 //! message groups, run against the real engine (SQLite store, manual clock)

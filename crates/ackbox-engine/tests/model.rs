@@ -1,5 +1,5 @@
-//! Model-based property test of standard-queue semantics (DESIGN invariants 2
-//! and 3): random sequences of send, receive, delete, change-visibility and
+//! Model-based property test of standard-queue semantics (invariants 2
+//! and 3, ARCHITECTURE.md): random sequences of send, receive, delete, change-visibility and
 //! clock moves run against the real engine (SQLite store, manual clock) and a
 //! tiny in-memory reference model; everything observable must agree after
 //! every step.

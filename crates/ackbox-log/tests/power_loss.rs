@@ -1,4 +1,4 @@
-//! Power loss (DESIGN invariant 1 — no acknowledged send is lost — against
+//! Power loss (invariant 1, ARCHITECTURE.md — no acknowledged send is lost — against
 //! the disk as POSIX promises it, not as the page cache keeps it): the log
 //! store's queues run on a model disk that keeps only what was synced
 //! (file data up to its last sync, directory entries up to their

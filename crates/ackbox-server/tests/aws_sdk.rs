@@ -1,6 +1,6 @@
 //! End-to-end tests with the official `aws-sdk-sqs` client against a real
 //! broker on 127.0.0.1: every supported action, and the SQS errors a client
-//! branches on (DESIGN invariants 2, 3 and 6).
+//! branches on (invariants 2, 3 and 6, ARCHITECTURE.md).
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! ackbox's protocol extensions end to end (DESIGN invariant 4): NackMessage
+//! ackbox's protocol extensions end to end (invariant 4, ARCHITECTURE.md): NackMessage
 //! records why a message failed and dead-letters permanent failures at once;
 //! PeekMessages reads a dead-letter queue without touching it; the official
 //! SDK reads the failure metadata as system attributes without breaking.

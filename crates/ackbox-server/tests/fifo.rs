@@ -1,4 +1,4 @@
-//! FIFO queues end to end with the official `aws-sdk-sqs` client (DESIGN
+//! FIFO queues end to end with the official `aws-sdk-sqs` client (ARCHITECTURE.md
 //! invariant 5): per-group order, group locking, the deduplication window,
 //! receive attempts, expired handles and FIFO dead-letter queues.
 

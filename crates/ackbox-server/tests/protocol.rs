@@ -1,5 +1,5 @@
 //! The wire contract of both protocols (JSON 1.0 and query), exercised
-//! through the router in-process (DESIGN invariant 6): exact error shapes and
+//! through the router in-process (invariant 6, ARCHITECTURE.md): exact error shapes and
 //! headers, malformed and hostile input answered with a 400 and a code, and a
 //! server that keeps serving.
 

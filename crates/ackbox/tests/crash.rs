@@ -1,4 +1,4 @@
-//! DESIGN invariants 1 and 2 against the real binary: `kill -9` in the middle
+//! Invariants 1 and 2 (ARCHITECTURE.md) against the real binary: `kill -9` in the middle
 //! of eight concurrent SendMessageBatch senders loses no acknowledged message,
 //! and messages in flight at the crash come back after their lease.
 

@@ -439,7 +439,7 @@ where
 
 /// Instantiates the listed cases (`async fn case<K: Broker, B: Backend>(backend: B)`
 /// in the test file's root) for every broker and database:
-/// `sqs::sqlite::case`, `rabbitmq::postgres::case`, … (STYLE T2). A broker
+/// `sqs::sqlite::case`, `rabbitmq::postgres::case`, … (ARCHITECTURE.md, "Conventions the tests cite"). A broker
 /// or database that is not configured here is skipped, and says so.
 macro_rules! for_each_transport {
     ($cases:tt) => {
@@ -476,7 +476,7 @@ pub(crate) use for_each_transport;
 
 /// Instantiates the listed cases (`async fn case<B: Backend>(backend: B)` in
 /// the test file's root) once per database: `sqlite::case` always,
-/// `postgres::case` when PostgreSQL is configured (STYLE T2).
+/// `postgres::case` when PostgreSQL is configured (ARCHITECTURE.md, "Conventions the tests cite").
 macro_rules! for_each_backend {
     ($($case:ident),* $(,)?) => {
         mod sqlite {

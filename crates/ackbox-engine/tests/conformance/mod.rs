@@ -1,4 +1,4 @@
-//! The store conformance suite (STYLE T2): every behaviour the engine relies
+//! The store conformance suite (ARCHITECTURE.md, "Conventions the tests cite"): every behaviour the engine relies
 //! on, written once against `dyn Store` and instantiated per backend by
 //! [`store_conformance!`]. A behaviour that differs between stores is a bug.
 
