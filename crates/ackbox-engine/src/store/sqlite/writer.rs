@@ -54,8 +54,8 @@ use rusqlite::Connection;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 use super::later_file::LaterFile;
-use crate::store::data_dir::DiskReserve;
 use crate::store::StoreError;
+use crate::store::data_dir::DiskReserve;
 
 /// Jobs committed together at most; bounds the latency one commit adds.
 const MAX_JOBS_PER_COMMIT: usize = 512;
