@@ -205,11 +205,29 @@ fn serve_refuses_a_data_dir_whose_messages_another_store_wrote() {
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("1 standard-queue message(s) written by `--store log`"),
+        stderr.contains("1 standard-queue message(s) written by `--store log`")
+            && stderr.contains("ackbox store adopt --into sqlite"),
         "{stderr}"
     );
 
     let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, &["--store", "log"]);
+    let received: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &server.url(),
+        &["receive", "switched", "--json", "--keep"],
+    )))
+    .unwrap();
+    assert_eq!(received["Messages"][0]["Body"], "kept");
+    drop(server);
+
+    // Or the default store takes the log's messages over, and serves them.
+    let adopted = Command::new(BINARY)
+        .args(["store", "adopt", "--into", "sqlite", "--data-dir"])
+        .arg(data_dir.path())
+        .env("ACKBOX_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(ok_stdout(adopted).contains("moved 1 message(s) of 1 standard queue(s)"));
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, &[]);
     let received: Value = serde_json::from_str(&ok_stdout(ackbox(
         &server.url(),
         &["receive", "switched", "--json"],

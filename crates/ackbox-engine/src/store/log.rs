@@ -44,10 +44,10 @@ use super::{
     InsertedMessage, MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams,
     MessageInsertParams, MessageNackParams, MessagePeekParams, MessageReceiveParams,
     MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord,
-    MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, QueueCreateOutcome, QueueCreateParams,
-    QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord, QueueStats,
-    QueueStatsParams, QueueUpdateParams, ReceiveOutcome, Store, StoreError, StoredMessage,
-    from_json, to_json,
+    MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, NewMessage, QueueCreateOutcome,
+    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
+    QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome, Store, StoreError,
+    StoredMessage, from_json, to_json,
 };
 
 /// The log's directory inside the data directory.
@@ -92,6 +92,7 @@ impl LogStore {
                 data_dir: data_dir.display().to_string(),
                 messages: in_sqlite,
                 written_by: "sqlite",
+                adopt_into: "log",
             });
         }
         let log_dir = data_dir.join(LOG_DIR);
@@ -172,6 +173,7 @@ impl LogStore {
                 data_dir: data_dir.display().to_string(),
                 messages: left as u64,
                 written_by: "log",
+                adopt_into: "sqlite",
             });
         }
         Ok(())
@@ -453,8 +455,26 @@ fn log_error(operation: &'static str) -> impl Fn(QueuesError) -> StoreError {
     }
 }
 
+/// A message the engine sends, as the log keeps it.
+pub(super) fn outgoing(message: NewMessage) -> Outgoing {
+    Outgoing {
+        content: Content {
+            message_id: message.message_id,
+            body: message.body,
+            attributes: (!message.attributes.is_empty()).then(|| to_json(&message.attributes)),
+            md5_of_body: message.md5_of_body,
+            md5_of_attributes: message.md5_of_attributes,
+            trace_header: message.trace_header,
+            sender_id: message.sender_id,
+            group_id: message.group_id,
+        },
+        sent_at: message.sent_at,
+        visible_at: message.visible_at,
+    }
+}
+
 /// A message from the log as the engine sees it.
-fn stored(message: SentMessage) -> Result<StoredMessage, StoreError> {
+pub(super) fn stored(message: SentMessage) -> Result<StoredMessage, StoreError> {
     let content = message.content;
     let attributes = match &content.attributes {
         Some(json) => from_json(json, "message attributes")?,
@@ -596,21 +616,7 @@ impl Store for LogStore {
             .into_iter()
             .map(|message| {
                 message_ids.push(message.message_id.clone());
-                Outgoing {
-                    content: Content {
-                        message_id: message.message_id,
-                        body: message.body,
-                        attributes: (!message.attributes.is_empty())
-                            .then(|| to_json(&message.attributes)),
-                        md5_of_body: message.md5_of_body,
-                        md5_of_attributes: message.md5_of_attributes,
-                        trace_header: message.trace_header,
-                        sender_id: message.sender_id,
-                        group_id: message.group_id,
-                    },
-                    sent_at: message.sent_at,
-                    visible_at: message.visible_at,
-                }
+                outgoing(message)
             })
             .collect();
         let sent = self

@@ -15,6 +15,7 @@ use ackbox_core::clock::Timestamp;
 use ackbox_core::message::MessageAttributes;
 use async_trait::async_trait;
 
+pub mod adopt;
 pub mod check;
 pub mod data_dir;
 pub mod log;
@@ -77,7 +78,8 @@ pub enum StoreError {
     /// them (and their queues would look empty).
     #[error(
         "{data_dir} holds {messages} standard-queue message(s) written by `--store {written_by}`, \
-         which this store cannot see; serve it with `--store {written_by}` (or drain those queues there first)"
+         which this store cannot see; serve it with `--store {written_by}`, or move them here \
+         with `ackbox store adopt --into {adopt_into} --data-dir {data_dir}`"
     )]
     WrittenByOtherStore {
         /// The data directory.
@@ -86,6 +88,8 @@ pub enum StoreError {
         messages: u64,
         /// The `--store` that wrote them.
         written_by: &'static str,
+        /// The `--store` that refused them, which can adopt them.
+        adopt_into: &'static str,
     },
     /// The log store's log is empty or gone, though its database says the
     /// log held messages: serving its queues as empty would hide the loss.

@@ -2,9 +2,15 @@
 //! changing anything, for when a server refuses to start over damage (or
 //! before trusting a restored backup). Exits non-zero when anything is
 //! damaged; a torn tail, which the next start cuts, is reported but sound.
+//!
+//! `ackbox store adopt --into log|sqlite`: for a data directory whose
+//! standard-queue messages are split between the two embedded stores (two
+//! servers shared it before it was locked to one), moves the other store's
+//! messages into the one named, losing none.
 
 use std::path::PathBuf;
 
+use ackbox_engine::store::adopt::{Adopter, adopt};
 use ackbox_engine::store::check::{StoreCheck, check};
 use ackbox_log::log::SegmentState;
 
@@ -24,13 +30,46 @@ enum StoreCommand {
         #[arg(long, env = "ACKBOX_DATA_DIR", default_value = "./ackbox-data")]
         data_dir: PathBuf,
     },
+    /// Move the other embedded store's standard-queue messages into this
+    /// one, when both hold some (the server must be stopped).
+    Adopt {
+        /// Directory of the embedded store.
+        #[arg(long, env = "ACKBOX_DATA_DIR", default_value = "./ackbox-data")]
+        data_dir: PathBuf,
+        /// The store that keeps the directory: `log` or `sqlite`.
+        #[arg(long, value_enum)]
+        into: Into,
+    },
+}
+
+/// The store that adopts the other's messages.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Into {
+    /// `--store log` takes SQLite's standard-queue messages.
+    Log,
+    /// The default store takes the log's messages; the log is set aside.
+    Sqlite,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
-    let StoreCommand::Check { data_dir } = args.command;
-    let report = tokio::task::spawn_blocking(move || check(&data_dir)).await??;
-    print!("{}", describe(&report));
-    anyhow::ensure!(report.is_sound(), "the store is damaged; see above");
+    match args.command {
+        StoreCommand::Check { data_dir } => {
+            let report = tokio::task::spawn_blocking(move || check(&data_dir)).await??;
+            print!("{}", describe(&report));
+            anyhow::ensure!(report.is_sound(), "the store is damaged; see above");
+        }
+        StoreCommand::Adopt { data_dir, into } => {
+            let (adopter, store) = match into {
+                Into::Log => (Adopter::Log, "log"),
+                Into::Sqlite => (Adopter::Sqlite, "sqlite"),
+            };
+            let adopted = adopt(&data_dir, adopter).await?;
+            println!(
+                "moved {} message(s) of {} standard queue(s); serve it with --store {store}",
+                adopted.messages, adopted.queues
+            );
+        }
+    }
     Ok(())
 }
 

@@ -212,6 +212,42 @@ impl SqliteStore {
         self.inner.reserve.release();
     }
 
+    /// Forgets messages `seqs` of the standard queue `queue_id`, durably:
+    /// adoption moved them into the log.
+    pub(crate) async fn messages_forget(
+        &self,
+        queue_id: i64,
+        seqs: Vec<i64>,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                let mut forget = connection
+                    .prepare_cached("DELETE FROM messages WHERE queue_id = ?1 AND seq = ?2")
+                    .map_err(database_error("messages_forget"))?;
+                for seq in &seqs {
+                    forget
+                        .execute([queue_id, *seq])
+                        .map_err(database_error("messages_forget"))?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    /// Forgets that the log took messages: adoption moved them all here.
+    pub(crate) async fn clear_log_written(&self) -> Result<(), StoreError> {
+        self.inner
+            .writer
+            .submit(Commit::Durable, |connection| {
+                connection
+                    .execute("DELETE FROM log_written", [])
+                    .map(drop)
+                    .map_err(database_error("clear_log_written"))
+            })
+            .await
+    }
+
     /// Whether the log beside this database has ever taken a message.
     pub(crate) async fn log_written(&self) -> Result<bool, StoreError> {
         self.read(|connection| {
