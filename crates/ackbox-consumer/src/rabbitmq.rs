@@ -337,6 +337,18 @@ impl RabbitMqTransport {
         Ok(Self { inner })
     }
 
+    /// Closes the connection and waits until the broker has taken back
+    /// whatever this transport still held (dropping the transport closes it
+    /// too, but in the background: until then the broker may still push
+    /// deliveries to it).
+    pub async fn close(&self) -> Result<(), TransportError> {
+        let link = Arc::clone(&self.inner.link.lock().expect("link lock poisoned"));
+        link.connection
+            .close(200, "transport closed".into())
+            .await
+            .map_err(|error| TransportError::new("connection.close", error))
+    }
+
     /// The queue this transport consumes.
     pub fn queue(&self) -> &RabbitMqQueue {
         &self.inner.queue

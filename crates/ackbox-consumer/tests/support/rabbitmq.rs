@@ -271,7 +271,10 @@ impl Broker for RabbitMqBroker {
         let transport = self.transport().await;
         let _ =
             ackbox_consumer::Transport::receive(&transport, 10, Duration::from_millis(200)).await;
-        drop(transport);
+        // Closed before going on: a transport closing in the background
+        // still takes deliveries — a redriven message among them, which
+        // would come back past its delivery limit.
+        let _ = transport.close().await;
         self.count(&self.queue.dead_letter_queue()).await
     }
 
