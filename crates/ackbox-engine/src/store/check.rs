@@ -11,13 +11,14 @@ use rusqlite::{Connection, OpenFlags};
 use super::StoreError;
 use super::data_dir::DataDirLock;
 use super::log::LOG_DIR;
+use super::sqlite::damage;
 use super::sqlite::{DATABASE_FILE, mutation_error as database_error};
 
 /// What a data directory's files hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreCheck {
-    /// The database, and what SQLite's `integrity_check` says of it (`ok`,
-    /// or one line per problem); `None` when there is no database.
+    /// The database, and the problems SQLite's `integrity_check` finds in
+    /// it (none when sound); `None` when there is no database.
     pub database: Option<(PathBuf, Vec<String>)>,
     /// The log's directory and its segments, oldest first; `None` without a log.
     pub log: Option<(PathBuf, Vec<SegmentCheck>)>,
@@ -30,7 +31,7 @@ impl StoreCheck {
         let database_ok = self
             .database
             .as_ref()
-            .is_none_or(|(_, problems)| problems.iter().all(|line| line == "ok"));
+            .is_none_or(|(_, problems)| problems.is_empty());
         let log_ok = self.log.as_ref().is_none_or(|(_, segments)| {
             segments
                 .iter()
@@ -55,14 +56,7 @@ pub fn check(data_dir: &Path) -> Result<StoreCheck, StoreError> {
         let connection =
             Connection::open_with_flags(&database_path, OpenFlags::SQLITE_OPEN_READ_ONLY)
                 .map_err(database_error("open the database to check it"))?;
-        let problems = connection
-            .prepare("PRAGMA integrity_check")
-            .and_then(|mut statement| {
-                statement
-                    .query_map([], |row| row.get::<_, String>(0))?
-                    .collect::<Result<Vec<_>, _>>()
-            })
-            .map_err(database_error("integrity_check"))?;
+        let problems = damage::problems(&connection, damage::Thoroughness::Full)?;
         Some((database_path, problems))
     } else {
         None

@@ -77,7 +77,7 @@ fn describe(report: &StoreCheck) -> String {
     use std::fmt::Write;
     let mut out = String::new();
     match &report.database {
-        Some((path, problems)) if problems.iter().all(|line| line == "ok") => {
+        Some((path, problems)) if problems.is_empty() => {
             let _ = writeln!(out, "{}: ok", path.display());
         }
         Some((path, problems)) => {

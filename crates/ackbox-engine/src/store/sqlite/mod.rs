@@ -22,6 +22,7 @@ use crate::store::{
 };
 
 mod checkpoint;
+pub(crate) mod damage;
 mod fifo;
 mod later_file;
 mod migrate;
@@ -133,6 +134,25 @@ fn keep_free_pages_reclaimable(connection: &Connection, path: &Path) -> Result<(
     Ok(())
 }
 
+/// After a store stopped short: SQLite's quick check of the whole file, and
+/// a refusal naming the file and where the damage is, rather than serving
+/// queues that fail one by one.
+fn refuse_damage(connection: &Connection, path: &Path, data_dir: &Path) -> Result<(), StoreError> {
+    let problems = damage::problems(connection, damage::Thoroughness::Quick)?;
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(StoreError::Corrupt {
+        detail: format!(
+            "{} is damaged: {}; the store will not open over it (`ackbox store check --data-dir {}` \
+             reports it whole)",
+            path.display(),
+            problems.join("; "),
+            data_dir.display()
+        ),
+    })
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the store in `data_dir`, migrates it and
     /// starts its writer. The directory is held until [`Store::close`]: a
@@ -141,7 +161,15 @@ impl SqliteStore {
         let lock = DataDirLock::acquire(data_dir)?;
         let reserve = Arc::new(DiskReserve::new(data_dir));
         let path = data_dir.join(DATABASE_FILE);
+        // The last connection of a clean close checkpoints the WAL and
+        // removes it: one left behind means the store stopped short (a
+        // crash, a power cut), the one time damage is worth looking for.
+        let stopped_short = std::fs::metadata(PathBuf::from(format!("{}-wal", path.display())))
+            .is_ok_and(|wal| wal.len() > 0);
         let mut writer_connection = open_connection(&path, OpenFlags::default())?;
+        if stopped_short {
+            refuse_damage(&writer_connection, &path, data_dir)?;
+        }
         keep_free_pages_reclaimable(&writer_connection, &path)?;
         // synchronous=NORMAL: COMMIT does not fsync; the writer fsyncs the
         // WAL itself for groups that need it (see writer.rs). Checkpoints
@@ -732,6 +760,73 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn damage_found_after_stopping_short_stops_the_open_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), Durability::Fsync).unwrap();
+        let QueueCreateOutcome::Created(queue) = store
+            .queue_create(QueueCreateParams {
+                name: "damaged".to_owned(),
+                attributes: Default::default(),
+                tags: Default::default(),
+                now: 1_700_000_000_000,
+                deleted_after: 0,
+                fifo: false,
+            })
+            .await
+            .unwrap()
+        else {
+            panic!("not created");
+        };
+        let messages = (0..300)
+            .map(|index| crate::store::NewMessage {
+                message_id: format!("m{index}"),
+                body: "x".repeat(200),
+                attributes: Default::default(),
+                md5_of_body: "md5".to_owned(),
+                md5_of_attributes: None,
+                trace_header: None,
+                group_id: None,
+                sender_id: "me".to_owned(),
+                sent_at: 1_700_000_000_000,
+                visible_at: 1_700_000_000_000,
+                deduplication: None,
+            })
+            .collect();
+        store
+            .message_insert_batch(MessageInsertParams {
+                queue_id: queue.id,
+                messages,
+                deduplication_window_start: 0,
+            })
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+        drop(store);
+        let database = dir.path().join(DATABASE_FILE);
+        let wal = PathBuf::from(format!("{}-wal", database.display()));
+        assert!(
+            std::fs::metadata(&wal).map_or(true, |wal| wal.len() == 0),
+            "a clean close leaves no WAL"
+        );
+        // The last page (messages' rows) has its cells overwritten.
+        let mut bytes = std::fs::read(&database).unwrap();
+        let page_size = 4096;
+        let last_page = bytes.len() / page_size - 1;
+        bytes[(last_page + 1) * page_size - 300..(last_page + 1) * page_size].fill(0xFF);
+        std::fs::write(&database, &bytes).unwrap();
+
+        // Left behind by a crash: a WAL (whose frames are garbage here).
+        std::fs::write(&wal, [7u8; 64]).unwrap();
+        let refused = SqliteStore::open(dir.path(), Durability::Fsync).err();
+        let Some(StoreError::Corrupt { detail }) = refused else {
+            panic!("opened over a damaged database: {refused:?}");
+        };
+        assert!(detail.contains(&database.display().to_string()), "{detail}");
+        assert!(detail.contains("starts at byte"), "{detail}");
+        assert!(detail.contains("ackbox store check"), "{detail}");
+    }
 
     fn auto_vacuum(data_dir: &Path) -> i64 {
         Connection::open(data_dir.join(DATABASE_FILE))
