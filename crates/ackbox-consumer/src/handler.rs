@@ -21,9 +21,10 @@ pub trait Handler<DB: Database>: Send + Sync + 'static {
         transaction: &mut Transaction<'static, DB>,
     ) -> Result<(), HandlerError>;
 
-    /// What a replayed message (the `ackbox.replay` attribute) does with
-    /// this handler: see [`OnReplay`]. Skipped by default.
-    fn on_replay(&self) -> OnReplay {
+    /// What the replayed `message` (it carries the `ackbox.replay`
+    /// attribute) does with this handler: see [`OnReplay`]. Skipped by
+    /// default.
+    fn on_replay(&self, _message: &Message) -> OnReplay {
         OnReplay::Skip
     }
 }
@@ -72,7 +73,7 @@ pub trait ResultHandler<DB: Database>: Send + Sync + 'static {
     async fn replay(&self, message: &Message, stored: Option<String>) -> Result<(), HandlerError>;
 
     /// As [`Handler::on_replay`].
-    fn on_replay(&self) -> OnReplay {
+    fn on_replay(&self, _message: &Message) -> OnReplay {
         OnReplay::Skip
     }
 }
@@ -94,7 +95,7 @@ impl<DB: Database, H: Handler<DB>> ResultHandler<DB> for Plain<H> {
         Ok(())
     }
 
-    fn on_replay(&self) -> OnReplay {
-        self.0.on_replay()
+    fn on_replay(&self, message: &Message) -> OnReplay {
+        self.0.on_replay(message)
     }
 }

@@ -285,7 +285,7 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
                 "the consumer keeps message groups in order and this message has no group",
             ));
         }
-        let on_replay = message.is_replay().then(|| handler.on_replay());
+        let on_replay = message.is_replay().then(|| handler.on_replay(message));
         if on_replay == Some(OnReplay::Skip) {
             self.acknowledge(held, context);
             return Outcome::Settled(Decision::Skipped);

@@ -26,7 +26,8 @@
 //! dead-letter queue unless told to accept one. Replayed messages (the
 //! `ackbox.replay` attribute) are skipped, caught up or re-applied as the
 //! handler says ([`OnReplay`]), and never make an external call through
-//! [`effects::Effects::run`].
+//! [`effects::Effects::run`]. A [`Router`] sends each event type to its
+//! handler and dead-letters a type nobody handles, naming it.
 //!
 //! A complete consumer, with its inbox in PostgreSQL, against ackbox:
 //!
@@ -102,6 +103,7 @@ pub mod projection;
 #[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
 mod retry;
+mod router;
 mod schema;
 mod sqs;
 mod telemetry;
@@ -121,6 +123,7 @@ pub use message::{
     REPLAY_ATTRIBUTE,
 };
 pub use retry::{RetryBudget, RetryPolicy};
+pub use router::Router;
 pub use sqs::{SqsPublisher, SqsTransport};
 pub use telemetry::MOST_EVENT_TYPES;
 pub use tokio_util::sync::CancellationToken;

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use ackbox_consumer::{
     CancellationToken, Consumer, ConsumerError, GroupOrder, Handler, HandlerError, Message,
-    RetryPolicy, SqsTransport, async_trait,
+    RetryPolicy, Router, SqsTransport, async_trait,
 };
 use rand::Rng;
 use sqlx::Transaction;
@@ -180,6 +180,15 @@ struct Steps<B> {
     backend: std::marker::PhantomData<fn() -> B>,
 }
 
+impl<B> Steps<B> {
+    fn new(script: &Arc<StepScript>) -> Self {
+        Self {
+            script: Arc::clone(script),
+            backend: std::marker::PhantomData,
+        }
+    }
+}
+
 #[async_trait]
 impl<B: StepsSql> Handler<B::Db> for Steps<B> {
     async fn handle(
@@ -256,7 +265,7 @@ fn fifo_consumer<B: Backend>(
 /// Runs `consumer` until `done` holds (at most `limit`), then stops it.
 async fn run_until<B, F, Fut>(
     consumer: Arc<Consumer<SqsTransport, B::Inbox>>,
-    script: Arc<StepScript>,
+    handler: impl Handler<B::Db>,
     limit: Duration,
     what: &str,
     done: F,
@@ -268,17 +277,7 @@ async fn run_until<B, F, Fut>(
     let shutdown = CancellationToken::new();
     let running = {
         let (consumer, shutdown) = (Arc::clone(&consumer), shutdown.clone());
-        tokio::spawn(async move {
-            consumer
-                .run(
-                    Steps::<B> {
-                        script,
-                        backend: std::marker::PhantomData,
-                    },
-                    shutdown,
-                )
-                .await
-        })
+        tokio::spawn(async move { consumer.run(handler, shutdown).await })
     };
     eventually(limit, what, done).await;
     shutdown.cancel();
@@ -300,7 +299,7 @@ async fn consume_steps<B: StepsSql>(
     let consumer = Arc::new(fifo_consumer(backend, broker).build().unwrap());
     run_until::<B, _, _>(
         Arc::clone(&consumer),
-        Arc::clone(script),
+        Steps::<B>::new(script),
         Duration::from_secs(60),
         "every step is applied",
         || async { consumer.stats().applied() == applied && broker.depth().await == (0, 0) },
@@ -394,7 +393,7 @@ async fn without_group_order_the_same_batches_commit_out_of_order<B: StepsSql>(b
     );
     run_until::<B, _, _>(
         Arc::clone(&consumer),
-        script,
+        Steps::<B>::new(&script),
         Duration::from_secs(60),
         "every step is committed",
         || async { consumer.stats().applied() == groups.len() as u64 * PER_GROUP as u64 },
@@ -513,7 +512,7 @@ async fn a_message_without_a_group_is_dead_lettered_when_group_order_is_required
     );
     run_until::<B, _, _>(
         Arc::clone(&consumer),
-        Arc::clone(&script),
+        Steps::<B>::new(&script),
         Duration::from_secs(30),
         "the grouped messages are done",
         || async { consumer.stats().applied() == 6 && consumer.stats().quarantined() == 1 },
@@ -530,6 +529,57 @@ async fn a_message_without_a_group_is_dead_lettered_when_group_order_is_required
     );
 }
 
+async fn an_event_nobody_handles_is_dead_lettered_naming_its_type_and_its_group_goes_on<
+    B: StepsSql,
+>(
+    backend: B,
+) {
+    let broker = SqsBroker::start_fifo(5, 10).await;
+    let groups = groups(2);
+    backend.create_steps(&groups).await;
+    let step = [("event_type", "Step")];
+    let shipped = r#"{"order":7}"#;
+    let untyped = r#"{"order":8}"#;
+    for seq in 1..=3 {
+        for group in &groups {
+            broker
+                .send_in_group_with_attributes(&step_body(group, seq), Some(group), &step)
+                .await;
+        }
+        if seq == 1 {
+            broker
+                .send_in_group_with_attributes(shipped, Some("g0"), &[("event_type", "Shipped")])
+                .await;
+            broker
+                .send_in_group_with_attributes(untyped, Some("g1"), &[])
+                .await;
+        }
+    }
+    let script = Arc::new(StepScript::default());
+    let consumer = Arc::new(fifo_consumer(&backend, &broker).build().unwrap());
+    run_until::<B, _, _>(
+        Arc::clone(&consumer),
+        Router::new().route("Step", Steps::<B>::new(&script)),
+        Duration::from_secs(30),
+        "the steps are applied and the strangers dead-lettered",
+        || async { consumer.stats().applied() == 6 && consumer.stats().quarantined() == 2 },
+    )
+    .await;
+    let mut dead_letters = broker.dead_letters().await;
+    dead_letters.sort();
+    assert_eq!(
+        dead_letters,
+        [
+            (shipped.to_owned(), "UnknownEventType".to_owned()),
+            (untyped.to_owned(), "MissingEventType".to_owned()),
+        ]
+    );
+    let committed = backend.committed().await;
+    assert_eq!(committed["g0"], [1, 2, 3], "the group went on in order");
+    assert_eq!(committed["g1"], [1, 2, 3], "the group went on in order");
+    assert_eq!(script.calls.lock().unwrap().len(), 6, "no retries");
+}
+
 async fn a_queue_without_a_dead_letter_queue_is_refused_unless_accepted<B: StepsSql>(backend: B) {
     let broker = SqsBroker::start_without_dead_letter_queue(5).await;
     let groups = groups(1);
@@ -537,13 +587,7 @@ async fn a_queue_without_a_dead_letter_queue_is_refused_unless_accepted<B: Steps
     let refused = fifo_consumer(&backend, &broker)
         .build()
         .unwrap()
-        .run(
-            Steps::<B> {
-                script: Arc::default(),
-                backend: std::marker::PhantomData,
-            },
-            CancellationToken::new(),
-        )
+        .run(Steps::<B>::new(&Arc::default()), CancellationToken::new())
         .await;
     let Err(ConsumerError::NoDeadLetterQueue { queue }) = refused else {
         panic!("started without a dead-letter queue: {refused:?}");
@@ -564,7 +608,7 @@ async fn a_queue_without_a_dead_letter_queue_is_refused_unless_accepted<B: Steps
     );
     run_until::<B, _, _>(
         Arc::clone(&consumer),
-        Arc::default(),
+        Steps::<B>::new(&Arc::default()),
         Duration::from_secs(30),
         "the message is applied",
         || async { consumer.stats().applied() == 1 },
@@ -579,5 +623,6 @@ support::for_each_backend!(
     a_transient_failure_holds_its_group_until_its_retry_succeeds,
     messages_waiting_behind_their_group_keep_their_lease,
     a_message_without_a_group_is_dead_lettered_when_group_order_is_required,
+    an_event_nobody_handles_is_dead_lettered_naming_its_type_and_its_group_goes_on,
     a_queue_without_a_dead_letter_queue_is_refused_unless_accepted,
 );

@@ -659,7 +659,7 @@ impl<B: Backend> Handler<B::Db> for ReplaySafe<B> {
         self.0.handle(message, transaction).await
     }
 
-    fn on_replay(&self) -> OnReplay {
+    fn on_replay(&self, _: &Message) -> OnReplay {
         OnReplay::ApplyOnce
     }
 }

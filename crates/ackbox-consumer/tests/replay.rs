@@ -169,7 +169,7 @@ where
         }
     }
 
-    fn on_replay(&self) -> OnReplay {
+    fn on_replay(&self, _: &Message) -> OnReplay {
         self.on_replay
     }
 }
@@ -349,7 +349,7 @@ async fn a_replay_that_needs_an_irreversible_effect_is_dead_lettered_with_the_re
             Ok(())
         }
 
-        fn on_replay(&self) -> OnReplay {
+        fn on_replay(&self, _: &Message) -> OnReplay {
             OnReplay::ApplyOnce
         }
     }

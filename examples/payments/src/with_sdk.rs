@@ -85,7 +85,7 @@ impl<A: AppDb> Handler<A::Db> for Statuses<A> {
     }
 
     /// A read model: replaying history into it is harmless.
-    fn on_replay(&self) -> OnReplay {
+    fn on_replay(&self, _: &Message) -> OnReplay {
         OnReplay::ApplyOnce
     }
 }

@@ -80,11 +80,22 @@ impl SqsBroker {
 
     /// Sends `body` in `group` (a FIFO queue's deduplication id is `body`).
     pub async fn send_in_group(&self, body: &str, group: Option<&str>) -> String {
+        self.send_in_group_with_attributes(body, group, &[]).await
+    }
+
+    /// Sends `body` in `group` with string message attributes.
+    pub async fn send_in_group_with_attributes(
+        &self,
+        body: &str,
+        group: Option<&str>,
+        attributes: &[(&str, &str)],
+    ) -> String {
         let mut request = self
             .client
             .send_message()
             .queue_url(&self.url)
-            .message_body(body);
+            .message_body(body)
+            .set_message_attributes(Some(string_attributes(attributes)));
         if let Some(group) = group {
             request = request.message_group_id(group);
         }
@@ -98,22 +109,16 @@ impl SqsBroker {
 
     /// Sends `body` with string message attributes.
     pub async fn send_with_attributes(&self, body: &str, attributes: &[(&str, &str)]) -> String {
-        let mut request = self
-            .client
+        self.client
             .send_message()
             .queue_url(&self.url)
-            .message_body(body);
-        for (name, value) in attributes {
-            request = request.message_attributes(
-                *name,
-                aws_sdk_sqs::types::MessageAttributeValue::builder()
-                    .data_type("String")
-                    .string_value(*value)
-                    .build()
-                    .unwrap(),
-            );
-        }
-        request.send().await.unwrap().message_id.unwrap()
+            .message_body(body)
+            .set_message_attributes(Some(string_attributes(attributes)))
+            .send()
+            .await
+            .unwrap()
+            .message_id
+            .unwrap()
     }
 
     /// The transport as it would run against AWS: plain SQS calls only.
@@ -297,4 +302,20 @@ async fn attribute(client: &Client, url: &str, name: QueueAttributeName) -> Stri
         .attributes
         .unwrap()[&name]
         .clone()
+}
+
+fn string_attributes(
+    attributes: &[(&str, &str)],
+) -> std::collections::HashMap<String, aws_sdk_sqs::types::MessageAttributeValue> {
+    attributes
+        .iter()
+        .map(|(name, value)| {
+            let value = aws_sdk_sqs::types::MessageAttributeValue::builder()
+                .data_type("String")
+                .string_value(*value)
+                .build()
+                .unwrap();
+            ((*name).to_owned(), value)
+        })
+        .collect()
 }
