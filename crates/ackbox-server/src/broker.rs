@@ -8,11 +8,7 @@ use std::sync::Arc;
 
 use ackbox_core::clock::Clock;
 use ackbox_core::queue_name::Realm;
-use ackbox_engine::secret::load_or_create_receipt_key;
-use ackbox_engine::store::log::LogStore;
-use ackbox_engine::store::postgres::{PostgresOptions, PostgresStore};
-use ackbox_engine::store::sqlite::{Durability, SqliteStore};
-use ackbox_engine::store::{Store, StoreError};
+use ackbox_engine::store::{OpenedStore, StoreConfig};
 use ackbox_engine::{Engine, EngineConfig};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -26,32 +22,13 @@ use crate::limits::{HttpLimits, LimitsError};
 use crate::listener::serve;
 use crate::tls::{TlsError, TlsFiles};
 
-/// Which store keeps queues and messages when PostgreSQL does not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EmbeddedStore {
-    /// Everything in one SQLite database.
-    #[default]
-    Sqlite,
-    /// Standard queues' messages in an append-only log, everything else in
-    /// SQLite beside it ([`LogStore`]).
-    Log,
-}
-
 /// Everything needed to start a broker.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     /// Address to listen on; port 0 picks a free port.
     pub listen: SocketAddr,
-    /// Directory of the embedded store and the installation secret.
-    pub data_dir: PathBuf,
-    /// How commits reach the disk (embedded store).
-    pub durability: Durability,
-    /// Which embedded store, when `postgres` is `None`.
-    pub embedded: EmbeddedStore,
-    /// Keep queues and messages in this PostgreSQL database instead of the
-    /// embedded store, shared with every other node pointed at it; the
-    /// installation secret then lives there too.
-    pub postgres: Option<PostgresOptions>,
+    /// Where queues and messages are kept.
+    pub store: StoreConfig,
     /// Region and account.
     pub realm: Realm,
     /// The dashboard shows but changes nothing.
@@ -62,9 +39,6 @@ pub struct BrokerConfig {
     pub tls: Option<TlsFiles>,
     /// Sizes, connection counts and timeouts.
     pub limits: HttpLimits,
-    /// Bytes of the embedded store's disk held back, so that a full disk
-    /// refuses sends but not receives and deletes (0: none).
-    pub disk_reserve_bytes: u64,
 }
 
 impl BrokerConfig {
@@ -73,16 +47,12 @@ impl BrokerConfig {
     pub fn new(listen: SocketAddr, data_dir: PathBuf) -> Self {
         Self {
             listen,
-            data_dir,
-            durability: Durability::Fsync,
-            embedded: EmbeddedStore::Sqlite,
-            postgres: None,
+            store: StoreConfig::embedded(data_dir),
             realm: Realm::default(),
             ui_read_only: false,
             credentials: None,
             tls: None,
             limits: HttpLimits::default(),
-            disk_reserve_bytes: 0,
         }
     }
 }
@@ -158,9 +128,9 @@ impl RunningBroker {
     /// Opens the store, starts the engine and begins serving.
     pub async fn start(config: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
         let store_error = |source| StartError::Store {
-            data_dir: match &config.postgres {
+            data_dir: match &config.store.postgres {
                 Some(options) => redact_password(&options.url),
-                None => config.data_dir.display().to_string(),
+                None => config.store.data_dir.display().to_string(),
             },
             source,
         };
@@ -183,62 +153,9 @@ impl RunningBroker {
         let scheme = if tls.is_some() { "https" } else { "http" };
         // Installed before anything is counted, so no early count is lost.
         crate::telemetry::recorder();
-        let (receipt_key, store): (_, Arc<dyn Store>) = match &config.postgres {
-            Some(options) => {
-                let store = PostgresStore::connect(options).await.map_err(store_error)?;
-                (
-                    store.receipt_key().await.map_err(store_error)?,
-                    Arc::new(store),
-                )
-            }
-            None => {
-                // The store takes the data directory first: a second server
-                // on it stops here, before it touches anything.
-                let (store, reserved): (Arc<dyn Store>, _) = match config.embedded {
-                    EmbeddedStore::Sqlite => {
-                        let store = SqliteStore::open(&config.data_dir, config.durability)
-                            .map_err(store_error)?;
-                        if let Err(refused) =
-                            LogStore::ensure_no_messages_left(&config.data_dir).await
-                        {
-                            let _ = store.close().await;
-                            return Err(store_error(refused));
-                        }
-                        let reserved = store.reserve_disk(config.disk_reserve_bytes);
-                        (Arc::new(store), reserved)
-                    }
-                    EmbeddedStore::Log => {
-                        let store = LogStore::open(&config.data_dir, config.durability)
-                            .await
-                            .map_err(store_error)?;
-                        let reserved = store.reserve_disk(config.disk_reserve_bytes);
-                        (Arc::new(store), reserved)
-                    }
-                };
-                match reserved {
-                    Ok(()) => {}
-                    // Serving reads and deletes beats not starting; sends
-                    // wait for room, as after any full disk.
-                    Err(StoreError::DiskFull { detail }) => tracing::warn!(
-                        bytes = config.disk_reserve_bytes,
-                        detail,
-                        "the disk has no room for the reserve: sends are refused until it has"
-                    ),
-                    Err(error) => {
-                        let _ = store.close().await;
-                        return Err(store_error(error));
-                    }
-                }
-                let key = match load_or_create_receipt_key(&config.data_dir) {
-                    Ok(key) => key,
-                    Err(error) => {
-                        let _ = store.close().await;
-                        return Err(store_error(error));
-                    }
-                };
-                (key, store)
-            }
-        };
+        let OpenedStore { store, receipt_key } = ackbox_engine::store::open(&config.store)
+            .await
+            .map_err(store_error)?;
         let mut engine_config = EngineConfig::new(receipt_key);
         engine_config.realm = config.realm.clone();
         let engine = Engine::start(engine_config, store, clock)

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use ackbox_core::clock::SystemClock;
 use ackbox_core::receipt::ReceiptKey;
-use ackbox_engine::store::sqlite::{Durability, SqliteStore};
+use ackbox_engine::store::{Durability, StoreConfig};
 use ackbox_engine::{Engine, EngineConfig};
 use ackbox_server::action::Action;
 use ackbox_server::app::{AppState, app};
@@ -509,16 +509,18 @@ impl Harness {
 
 async fn harness() -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(
-        dir.path(),
-        Durability::Relaxed {
+    let store = ackbox_engine::store::open(&StoreConfig {
+        durability: Durability::Relaxed {
             sync_interval: std::time::Duration::from_secs(1),
         },
-    )
-    .unwrap();
+        ..StoreConfig::embedded(dir.path().to_owned())
+    })
+    .await
+    .unwrap()
+    .store;
     let engine = Engine::start(
         EngineConfig::new(ReceiptKey::new([3; 32])),
-        Arc::new(store),
+        store,
         Arc::new(SystemClock),
     )
     .await

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ackbox_core::clock::SystemClock;
 use ackbox_core::receipt::ReceiptKey;
-use ackbox_engine::store::sqlite::{Durability, SqliteStore};
+use ackbox_engine::store::StoreConfig;
 use ackbox_engine::{Engine, EngineConfig};
 use ackbox_server::app::{AppState, app};
 use axum::Router;
@@ -24,10 +24,13 @@ struct Harness {
 
 async fn harness() -> Harness {
     let dir = tempfile::tempdir().unwrap();
-    let store = SqliteStore::open(dir.path(), Durability::Fsync).unwrap();
+    let store = ackbox_engine::store::open(&StoreConfig::embedded(dir.path().to_owned()))
+        .await
+        .unwrap()
+        .store;
     let engine = Engine::start(
         EngineConfig::new(ReceiptKey::new([1; 32])),
-        Arc::new(store),
+        store,
         Arc::new(SystemClock),
     )
     .await

@@ -7,9 +7,8 @@ use std::time::Duration;
 use ackbox_core::clock::{Clock, ManualClock, SystemClock};
 use ackbox_core::queue_name::Realm;
 use ackbox_engine::Engine;
-use ackbox_engine::store::postgres::PostgresOptions;
-use ackbox_engine::store::sqlite::Durability;
-use ackbox_server::broker::{BrokerConfig, EmbeddedStore, RunningBroker};
+use ackbox_engine::store::{Durability, EmbeddedStore, PostgresOptions, StoreConfig};
+use ackbox_server::broker::{BrokerConfig, RunningBroker};
 use ackbox_server::limits::HttpLimits;
 use tempfile::TempDir;
 
@@ -111,14 +110,18 @@ impl TestServerBuilder {
         let (embedded, schema) = chosen_store();
         let config = BrokerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-            data_dir: data_dir.path().to_path_buf(),
-            durability: self.durability.unwrap_or(Durability::Fsync),
-            embedded,
-            postgres: schema.as_ref().map(|schema| PostgresOptions {
-                max_connections: 8,
-                schema: Some(schema.name().to_owned()),
-                ..PostgresOptions::new(schema.url())
-            }),
+            store: StoreConfig {
+                data_dir: data_dir.path().to_path_buf(),
+                durability: self.durability.unwrap_or(Durability::Fsync),
+                embedded,
+                postgres: schema.as_ref().map(|schema| PostgresOptions {
+                    max_connections: 8,
+                    schema: Some(schema.name().to_owned()),
+                    ..PostgresOptions::new(schema.url())
+                }),
+                // Tests that fill a disk use the binary on a small filesystem.
+                disk_reserve_bytes: 0,
+            },
             realm: Realm::default(),
             ui_read_only: self.ui_read_only,
             credentials,
@@ -126,8 +129,6 @@ impl TestServerBuilder {
                 .as_ref()
                 .map(|certificate| certificate.files.clone()),
             limits: self.limits.unwrap_or_default(),
-            // Tests that fill a disk use the binary on a small filesystem.
-            disk_reserve_bytes: 0,
         };
         let broker = RunningBroker::start(config.clone(), Arc::clone(&clock))
             .await
@@ -220,12 +221,12 @@ impl TestServer {
     /// Whether the broker runs on the embedded store (not PostgreSQL, see
     /// [`STORE_VARIABLE`]): some metrics and files exist only there.
     pub fn on_embedded_store(&self) -> bool {
-        self.config.postgres.is_none()
+        self.config.store.postgres.is_none()
     }
 
     /// The data directory.
     pub fn data_dir(&self) -> &std::path::Path {
-        &self.config.data_dir
+        &self.config.store.data_dir
     }
 
     /// Stops gracefully and starts again on the same data directory and port.

@@ -20,8 +20,13 @@ pub mod check;
 pub mod data_dir;
 pub mod log;
 mod move_step;
+mod open;
 pub mod postgres;
 pub mod sqlite;
+
+pub use open::{EmbeddedStore, OpenedStore, StoreConfig, open};
+pub use postgres::PostgresOptions;
+pub use sqlite::Durability;
 
 /// Why a store operation failed, and whether retrying can help.
 #[derive(Debug, thiserror::Error)]

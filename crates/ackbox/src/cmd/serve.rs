@@ -9,10 +9,9 @@ use std::time::Duration;
 use ackbox_core::clock::SystemClock;
 use ackbox_core::queue_name::Realm;
 use ackbox_engine::Engine;
-use ackbox_engine::store::postgres::PostgresOptions;
-use ackbox_engine::store::sqlite::Durability;
+use ackbox_engine::store::{Durability, EmbeddedStore, PostgresOptions, StoreConfig};
 use ackbox_server::auth::Authenticator;
-use ackbox_server::broker::{BrokerConfig, EmbeddedStore, RunningBroker};
+use ackbox_server::broker::{BrokerConfig, RunningBroker};
 use ackbox_server::limits::HttpLimits;
 use ackbox_server::tls::TlsFiles;
 use anyhow::{Context, bail};
@@ -369,16 +368,18 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     };
     let config = BrokerConfig {
         listen: SocketAddr::new(args.bind, args.port),
-        data_dir: args.data_dir.clone(),
-        durability,
-        embedded: args.embedded().unwrap_or_default(),
-        postgres,
+        store: StoreConfig {
+            data_dir: args.data_dir.clone(),
+            durability,
+            embedded: args.embedded().unwrap_or_default(),
+            postgres,
+            disk_reserve_bytes: args.disk_reserve_mib.saturating_mul(1 << 20),
+        },
         realm: realm(&args)?,
         ui_read_only: args.ui_read_only,
         credentials: args.credentials()?,
         tls,
         limits: args.limits(),
-        disk_reserve_bytes: args.disk_reserve_mib.saturating_mul(1 << 20),
     };
     let authenticated = config.credentials.is_some();
     let mut broker = RunningBroker::start(config, Arc::new(SystemClock)).await?;
