@@ -583,6 +583,37 @@ fn serve_warns_loudly_when_exposed_without_authentication() {
     assert!(warned, "no warning before the broker was ready");
 }
 
+/// A supervisor may stop (SIGTERM) or reload (SIGHUP) a server that has
+/// just come up: while it still applies its `--config`, the signals must
+/// already be caught — their default action would kill it.
+#[test]
+fn signals_sent_while_serve_applies_its_config_are_kept_for_a_clean_stop() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let config = data_dir.path().join("ackbox.toml");
+    // Enough queues that applying them outlasts the first answered /healthz.
+    let queues: String = (0..400)
+        .map(|index| format!("[[queue]]\nname = \"predefined-{index}\"\n"))
+        .collect();
+    std::fs::write(&config, queues).unwrap();
+    let config_arg = config.to_str().unwrap();
+    let server = ServerProcess::start(
+        BINARY.as_ref(),
+        data_dir.path(),
+        free_port(),
+        &["--config", config_arg],
+    );
+    let hangup = std::process::Command::new("kill")
+        .arg("-HUP")
+        .arg(server.pid().to_string())
+        .status()
+        .unwrap();
+    assert!(hangup.success());
+    assert!(
+        server.terminate(),
+        "serve did not stop cleanly after SIGHUP and SIGTERM during its start"
+    );
+}
+
 #[test]
 fn config_file_predefines_queues_idempotently() {
     let data_dir = tempfile::tempdir().unwrap();

@@ -13,6 +13,7 @@ use ackbox_engine::store::{Durability, EmbeddedStore, PostgresOptions, StoreConf
 use ackbox_server::auth::Authenticator;
 use ackbox_server::broker::{BrokerConfig, RunningBroker};
 use ackbox_server::limits::HttpLimits;
+use ackbox_server::shutdown::StopSignal;
 use ackbox_server::tls::TlsFiles;
 use anyhow::{Context, bail};
 use clap::ValueEnum;
@@ -324,26 +325,45 @@ fn realm(args: &Args) -> anyhow::Result<Realm> {
     })
 }
 
-/// Reloads the credentials file at every SIGHUP (key rotation); never returns.
-async fn reload_on_hangup(authenticator: Arc<Authenticator>) {
+/// SIGHUP, caught from the moment [`Hangups::listen`] returns: each one
+/// reloads the credentials file (key rotation).
+struct Hangups {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-            tracing::warn!("cannot listen for SIGHUP; credentials reload only at restart");
-            return std::future::pending().await;
-        };
-        while hangups.recv().await.is_some() {
-            match authenticator.reload() {
-                Ok(keys) => tracing::info!(keys, "credentials reloaded"),
-                Err(error) => tracing::error!(
-                    error = %anyhow::Error::from(error),
-                    "credentials reload refused; the keys in use stay"
-                ),
+    stream: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangups {
+    fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let stream = signal(SignalKind::hangup())
+                .inspect_err(|_| {
+                    tracing::warn!("cannot listen for SIGHUP; credentials reload only at restart");
+                })
+                .ok();
+            Self { stream }
+        }
+        #[cfg(not(unix))]
+        Self {}
+    }
+
+    /// Reloads the credentials at every SIGHUP; never returns.
+    async fn reload(self, authenticator: Arc<Authenticator>) {
+        #[cfg(unix)]
+        if let Some(mut hangups) = self.stream {
+            while hangups.recv().await.is_some() {
+                match authenticator.reload() {
+                    Ok(keys) => tracing::info!(keys, "credentials reloaded"),
+                    Err(error) => tracing::error!(
+                        error = %anyhow::Error::from(error),
+                        "credentials reload refused; the keys in use stay"
+                    ),
+                }
             }
         }
+        std::future::pending().await
     }
-    std::future::pending().await
 }
 
 /// Runs the broker until SIGINT or SIGTERM.
@@ -382,6 +402,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         limits: args.limits(),
     };
     let authenticated = config.credentials.is_some();
+    // Caught before the broker starts: a stop or a reload asked for while
+    // it starts is kept for it, not left to kill it.
+    let stop = StopSignal::listen();
+    let hangups = Hangups::listen();
     let mut broker = RunningBroker::start(config, Arc::new(SystemClock)).await?;
     if let Some(path) = &args.config
         && let Err(error) = apply_config(&broker.engine, path).await
@@ -397,8 +421,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         "ackbox is ready"
     );
     let stopped_by_itself = tokio::select! {
-        () = ackbox_server::shutdown::signal() => None,
-        () = reload_on_hangup(broker.authenticator()) => None,
+        () = stop.received() => None,
+        () = hangups.reload(broker.authenticator()) => None,
         result = broker.wait() => Some(result),
     };
     match stopped_by_itself {
