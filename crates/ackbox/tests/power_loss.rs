@@ -17,6 +17,14 @@
 //! lineage. A third test runs `--durability relaxed`, which answers before
 //! its fsync, and must see acknowledged sends lost: the check can fail.
 //!
+//! Two more tests take many cuts from one run each (`sampled.rs`): the
+//! disk keeps itself as a cut just before each of a sample of the server's
+//! syncs would leave it, and the server must start on each and answer to
+//! the ledger of that instant. `ACKBOX_SERVE_SYNC_CUTS` sets how many
+//! per store (default 1,000 on the default store, whose I/O only these
+//! tests reach, and 500 on the log store, whose own model-disk tests cut
+//! 2,000 times), 40 from each run.
+//!
 //! Mounting needs root and `/dev/fuse` (`.ci/run` has both), and no
 //! package: the filesystem mounts itself with mount(2), without libfuse or
 //! fusermount. Elsewhere the tests say they are skipped. Print the figures
@@ -30,6 +38,8 @@ mod filesystem;
 mod ledger;
 #[path = "power_loss/lineage.rs"]
 mod lineage;
+#[path = "power_loss/sampled.rs"]
+mod sampled;
 #[path = "power_loss/server.rs"]
 mod server;
 #[path = "power_loss/sqs.rs"]
@@ -125,6 +135,70 @@ async fn no_acknowledged_send_is_lost_to_a_power_cut_on_the_default_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_acknowledged_send_is_lost_to_a_power_cut_on_the_log_store() {
     no_acknowledged_send_is_lost("log", 80).await;
+}
+
+/// Cuts just before sampled syncs of whole runs, `cuts` in all.
+async fn no_acknowledged_send_is_lost_before_a_sync(store: &str, default_cuts: usize) {
+    const PER_RUN: usize = 40;
+    if let Some(why) = lineage::cannot_mount() {
+        println!("skipped: {why}");
+        return;
+    }
+    let started = Instant::now();
+    let cuts = std::env::var("ACKBOX_SERVE_SYNC_CUTS")
+        .ok()
+        .and_then(|cuts| cuts.parse().ok())
+        .unwrap_or(default_cuts);
+    let server_args = vec!["--store".to_owned(), store.to_owned()];
+    let mut figures = Figures::default();
+    let mut runs = 0;
+    let mut seed = replayed_seed().unwrap_or(0);
+    while figures.cuts < cuts && runs < cuts {
+        sampled::run(
+            seed,
+            &server_args,
+            PER_RUN.min(cuts - figures.cuts),
+            &mut figures,
+        )
+        .await;
+        runs += 1;
+        seed += 1;
+        if replayed_seed().is_some() {
+            break;
+        }
+    }
+    println!(
+        "--store {store}: {} cuts before sampled syncs of {runs} runs ({} syncs in all), {} \
+         acknowledged sends checked over the cuts ({} found in place, {} lost), in {:.0?}",
+        figures.cuts,
+        figures.syncs,
+        figures.acknowledged,
+        figures.confirmed,
+        figures.lost,
+        started.elapsed()
+    );
+    let shown = figures.failures.len().min(40);
+    assert!(
+        figures.failures.is_empty(),
+        "--store {store}: {} failures (replay a run with ACKBOX_SERVE_POWER_CUT_SEED), the \
+         first {shown}:\n{}",
+        figures.failures.len(),
+        figures.failures[..shown].join("\n")
+    );
+    assert!(
+        figures.cuts > 0 && figures.acknowledged > 0 && figures.confirmed > 0,
+        "the cuts tested nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_acknowledged_send_is_lost_to_a_cut_before_a_sync_on_the_default_store() {
+    no_acknowledged_send_is_lost_before_a_sync("sqlite", 1000).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_acknowledged_send_is_lost_to_a_cut_before_a_sync_on_the_log_store() {
+    no_acknowledged_send_is_lost_before_a_sync("log", 500).await;
 }
 
 /// The check can fail: `--durability relaxed` answers before the fsync, so

@@ -81,9 +81,15 @@ fn permissions(mode: u32) -> u16 {
     u16::try_from(mode & 0o7777).unwrap_or(0o644)
 }
 
+/// Called with the disk as it stands just before each sync of a file or a
+/// directory, under the disk's lock: a cut there is one a sync did not
+/// prevent.
+pub(crate) type BeforeSync = Box<dyn Fn(&Disk) + Send + Sync>;
+
 /// The filesystem the kernel talks to.
 struct PowerCutFilesystem {
     power: Power,
+    before_sync: Option<BeforeSync>,
 }
 
 impl PowerCutFilesystem {
@@ -95,6 +101,15 @@ impl PowerCutFilesystem {
         let mut power = lock(&self.power);
         let disk = power.as_mut().ok_or(Errno::EIO)?;
         operation(disk).map_err(errno)
+    }
+
+    fn sync(&self, ino: INodeNo) -> Result<(), Errno> {
+        self.on_disk(|disk| {
+            if let Some(before_sync) = &self.before_sync {
+                before_sync(disk);
+            }
+            disk.sync(ino.0)
+        })
     }
 
     fn reply_entry(&self, request: &Request, reply: ReplyEntry, found: Result<Attributes, Errno>) {
@@ -278,7 +293,7 @@ impl Filesystem for PowerCutFilesystem {
     }
 
     fn fsync(&self, _: &Request, ino: INodeNo, _: FileHandle, _: bool, reply: ReplyEmpty) {
-        Self::reply_empty(reply, self.on_disk(|disk| disk.sync(ino.0)));
+        Self::reply_empty(reply, self.sync(ino));
     }
 
     fn readdir(
@@ -314,7 +329,7 @@ impl Filesystem for PowerCutFilesystem {
     }
 
     fn fsyncdir(&self, _: &Request, ino: INodeNo, _: FileHandle, _: bool, reply: ReplyEmpty) {
-        Self::reply_empty(reply, self.on_disk(|disk| disk.sync(ino.0)));
+        Self::reply_empty(reply, self.sync(ino));
     }
 
     fn statfs(&self, _: &Request, _: INodeNo, reply: ReplyStatfs) {
@@ -337,6 +352,15 @@ pub(crate) struct MountedDisk {
 impl MountedDisk {
     /// Serves `disk` at `mount_point` (an empty directory).
     pub(crate) fn mount(disk: Disk, mount_point: &Path) -> io::Result<Self> {
+        Self::mount_watched(disk, mount_point, None)
+    }
+
+    /// As [`MountedDisk::mount`], calling `before_sync` before every sync.
+    pub(crate) fn mount_watched(
+        disk: Disk,
+        mount_point: &Path,
+        before_sync: Option<BeforeSync>,
+    ) -> io::Result<Self> {
         let power = Arc::new(Mutex::new(Some(disk)));
         let mut config = Config::default();
         config.mount_options = vec![
@@ -349,6 +373,7 @@ impl MountedDisk {
         config.n_threads = Some(2);
         let filesystem = PowerCutFilesystem {
             power: Arc::clone(&power),
+            before_sync,
         };
         let session = fuser::spawn_mount(filesystem, mount_point, &config)?;
         Ok(Self {

@@ -57,7 +57,7 @@ struct QueueRecord {
 }
 
 /// Every queue and message of a lineage (a run of cuts on one disk).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Ledger {
     queues: BTreeMap<String, QueueRecord>,
     messages: BTreeMap<String, Sent>,

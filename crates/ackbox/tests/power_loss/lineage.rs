@@ -56,6 +56,26 @@ pub(crate) struct Figures {
     pub(crate) failures: Vec<String>,
 }
 
+impl Figures {
+    /// Adds what another set of lineages did and found.
+    pub(crate) fn absorb(&mut self, other: Self) {
+        self.lineages += other.lineages;
+        self.cuts += other.cuts;
+        self.cuts_during_start += other.cuts_during_start;
+        self.cuts_during_stop += other.cuts_during_stop;
+        self.cuts_after_first_start += other.cuts_after_first_start;
+        self.clean_restarts += other.clean_restarts;
+        self.acknowledged += other.acknowledged;
+        self.confirmed += other.confirmed;
+        self.lost += other.lost;
+        self.sent_again += other.sent_again;
+        self.deletes += other.deletes;
+        self.syncs += other.syncs;
+        self.database_syncs += other.database_syncs;
+        self.failures.extend(other.failures);
+    }
+}
+
 /// When in a cycle the power is cut.
 #[derive(Debug, Clone, Copy)]
 enum Moment {
@@ -140,34 +160,46 @@ pub(crate) async fn run(seed: u64, server_args: &[String], figures: &mut Figures
         1 + rng.up_to(3)
     };
     let scratch = tempfile::tempdir().expect("a scratch directory");
-    let mount_point = scratch.path().join("disk");
-    std::fs::create_dir(&mount_point).expect("a mount point");
-    let mut lineage = Lineage {
+    let mut lineage = Lineage::on(
         seed,
-        data_dir: mount_point.join("ackbox").join("data"),
-        server_args: server_args.to_vec(),
-        log: scratch.path().join("server.log"),
-        mounted: Some(MountedDisk::mount(Disk::default(), &mount_point).expect("the disk mounts")),
-        mount_point,
-        ledger: Arc::new(Mutex::new(Ledger::default())),
+        Disk::default(),
+        Ledger::default(),
+        server_args,
+        scratch.path(),
         figures,
-    };
+    );
     for number in 0..cuts {
         let cycle = Cycle::draw(&mut rng, seed, number, heavy);
         if !lineage.cycle(&cycle).await {
             return;
         }
     }
-    let context = format!("seed {seed}, after the last cut");
-    if let Some(server) = lineage.start(&context).await
-        && let Err(why) = server.terminate().await
-    {
-        lineage.fail(format!("{context}: a clean stop failed: {why}"));
-    }
-    if let Some(mounted) = lineage.mounted.take() {
-        lineage.tally(&mounted);
-        mounted.unmount();
-    }
+    lineage
+        .finish(&format!("seed {seed}, after the last cut"))
+        .await;
+}
+
+/// Starts the server on `disk`, as a cut left it, checks it against
+/// `ledger` (what was done up to the cut) and stops it cleanly: a lineage's
+/// last step alone. Counted as a lineage of one cut.
+pub(crate) async fn check_cut(
+    context: &str,
+    disk: Disk,
+    ledger: Ledger,
+    server_args: &[String],
+    figures: &mut Figures,
+) {
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let mut lineage = Lineage::on(0, disk, ledger, server_args, scratch.path(), figures);
+    lineage.figures.cuts += 1;
+    lineage.finish(context).await;
+}
+
+/// Where a lineage's server keeps its data on the mounted disk: two levels
+/// down, so that the server creates directories whose entries a cut can
+/// take.
+pub(crate) fn data_dir(mount_point: &Path) -> PathBuf {
+    mount_point.join("ackbox").join("data")
 }
 
 struct Lineage<'a> {
@@ -181,6 +213,44 @@ struct Lineage<'a> {
     mounted: Option<MountedDisk>,
     ledger: SharedLedger,
     figures: &'a mut Figures,
+}
+
+impl<'a> Lineage<'a> {
+    /// A lineage whose disk, mounted under `scratch`, starts as `disk`.
+    fn on(
+        seed: u64,
+        disk: Disk,
+        ledger: Ledger,
+        server_args: &[String],
+        scratch: &Path,
+        figures: &'a mut Figures,
+    ) -> Self {
+        let mount_point = scratch.join("disk");
+        std::fs::create_dir(&mount_point).expect("a mount point");
+        Self {
+            seed,
+            data_dir: data_dir(&mount_point),
+            server_args: server_args.to_vec(),
+            log: scratch.join("server.log"),
+            mounted: Some(MountedDisk::mount(disk, &mount_point).expect("the disk mounts")),
+            mount_point,
+            ledger: Arc::new(Mutex::new(ledger)),
+            figures,
+        }
+    }
+
+    /// The last start, check and clean stop.
+    async fn finish(&mut self, context: &str) {
+        if let Some(server) = self.start(context).await
+            && let Err(why) = server.terminate().await
+        {
+            self.fail(format!("{context}: a clean stop failed: {why}"));
+        }
+        if let Some(mounted) = self.mounted.take() {
+            self.tally(&mounted);
+            mounted.unmount();
+        }
+    }
 }
 
 impl Lineage<'_> {
