@@ -33,4 +33,5 @@ pub mod limits;
 pub mod message;
 pub mod queue_name;
 pub mod receipt;
+pub mod receive_policy;
 pub mod redrive;

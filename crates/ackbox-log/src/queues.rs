@@ -18,6 +18,8 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use ackbox_core::receive_policy::{Fate, ReceivePolicy, nack_dead_letters};
+
 use crate::compaction::{self, CompactionPolicy, CompactionReport};
 use crate::disk::{Disk, RealDisk};
 use crate::group_commit::{CommitError, GroupCommit, GroupCommitOptions, Lsn};
@@ -43,10 +45,6 @@ pub struct Delivery {
     /// `receive_count` is the lease the receipt handle must name.
     pub message: SentMessage,
 }
-
-/// A receive stops dropping messages after this many (expired or moved to
-/// the dead-letter queue), as the SQLite store's does.
-pub const MAX_DROPPED_PER_RECEIVE: usize = 1_000;
 
 /// Where a queue's messages go once received too often.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -343,7 +341,7 @@ impl StandardQueues {
     /// Leases up to `request.max` of `queue`'s visible messages, oldest
     /// visible first. On the way it drops what is past retention and moves
     /// what was received too often to the dead-letter queue (at most
-    /// [`MAX_DROPPED_PER_RECEIVE`] in one call, so one receive never holds
+    /// [`MAX_DROPPED_PER_RECEIVE`](ackbox_core::receive_policy::MAX_DROPPED_PER_RECEIVE) in one call, so one receive never holds
     /// every queue for a huge backlog; later receives do the rest).
     pub fn receive(
         &self,
@@ -356,27 +354,28 @@ impl StandardQueues {
         let mut doomed = Vec::new();
         let mut leases = Vec::new();
         let mut leased = Vec::new();
+        let mut policy = ReceivePolicy::new(
+            request.expire_sent_at_or_before,
+            request
+                .dead_letter
+                .as_ref()
+                .map(|target| (target, i64::from(target.max_receive_count))),
+        );
         for (seq, state) in ledger.visible(queue, now) {
             if leased.len() >= request.max {
                 break;
             }
-            let past_retention = request
-                .expire_sent_at_or_before
-                .is_some_and(|cutoff| state.sent_at <= cutoff);
-            let dead_letter = request
-                .dead_letter
-                .as_ref()
-                .filter(|target| state.receive_count >= target.max_receive_count);
-            if past_retention || dead_letter.is_some() {
-                if expired.len() + doomed.len() >= MAX_DROPPED_PER_RECEIVE {
-                    break;
-                }
-                if past_retention {
+            match policy.fate(state.sent_at, i64::from(state.receive_count)) {
+                Fate::OutOfBudget => break,
+                Fate::Expire => {
                     expired.push(Record::Deleted { queue, seq });
-                } else {
-                    doomed.push((seq, *state));
+                    continue;
                 }
-                continue;
+                Fate::DeadLetter(_) => {
+                    doomed.push((seq, *state));
+                    continue;
+                }
+                Fate::Lease => {}
             }
             leases.push(Record::Leased {
                 queue,
@@ -531,10 +530,13 @@ impl StandardQueues {
             Some(state) if state.visible_at <= now => return Ok(NackOutcome::NotInFlight),
             Some(state) => *state,
         };
-        let dead_letter = nack
-            .dead_letter
-            .as_ref()
-            .filter(|target| nack.permanent || state.receive_count >= target.max_receive_count);
+        let dead_letter = nack.dead_letter.as_ref().filter(|target| {
+            nack_dead_letters(
+                nack.permanent,
+                i64::from(state.receive_count),
+                i64::from(target.max_receive_count),
+            )
+        });
         let (record, outcome) = match (dead_letter, &nack.failure) {
             (Some(target), failure) => {
                 let payload = self.commit.read_log().read(state.position)?;

@@ -527,6 +527,44 @@ pub async fn expired_messages_are_dropped_not_delivered(fixture: Fixture) {
     assert_eq!(stats(store, id, now).await.visible, 1);
 }
 
+/// A receive over a backlog past retention drops at most
+/// `MAX_DROPPED_PER_RECEIVE` of it, so one receive never holds the store for
+/// long; later receives drop the rest and reach the fresh message behind.
+pub async fn a_receive_drops_at_most_its_budget_and_later_ones_do_the_rest(fixture: Fixture) {
+    use ackbox_core::receive_policy::MAX_DROPPED_PER_RECEIVE;
+    let store = fixture.store.as_ref();
+    let id = create(store, "q", T0).await;
+    let backlog = MAX_DROPPED_PER_RECEIVE + 5;
+    insert(store, id, numbered("old", backlog, T0)).await;
+    insert(store, id, vec![message("fresh", T0 + 10_000, T0 + 10_000)]).await;
+    let now = T0 + 20_000;
+    let mut expired = 0;
+    for _ in 0..backlog {
+        let outcome = store
+            .message_receive(MessageReceiveParams {
+                expired_at_or_before: T0,
+                ..receive_params(id, now, 10, 1_000)
+            })
+            .await
+            .unwrap();
+        assert!(
+            outcome.expired as usize <= MAX_DROPPED_PER_RECEIVE,
+            "one receive dropped {}",
+            outcome.expired
+        );
+        expired += outcome.expired as usize;
+        if !outcome.messages.is_empty() {
+            assert_eq!(bodies(&outcome), ["fresh"]);
+            assert_eq!(
+                expired, backlog,
+                "the fresh message came before the backlog was gone"
+            );
+            return;
+        }
+    }
+    panic!("the fresh message was never reached; {expired} of {backlog} expired");
+}
+
 pub async fn delete_is_idempotent_and_respects_newer_leases(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let id = create(store, "q", T0).await;
@@ -1823,6 +1861,7 @@ macro_rules! store_conformance {
             a_zero_lease_never_returns_a_message_twice_in_one_receive,
             a_zero_lease_beside_a_dead_letter_move_returns_each_message_once,
             expired_messages_are_dropped_not_delivered,
+            a_receive_drops_at_most_its_budget_and_later_ones_do_the_rest,
             delete_is_idempotent_and_respects_newer_leases,
             visibility_changes_need_the_current_running_lease,
             purge_empties_once_per_cooldown,

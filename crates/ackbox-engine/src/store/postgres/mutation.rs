@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use ackbox_core::receive_policy::{Fate, ReceivePolicy, nack_dead_letters};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Row};
 
@@ -22,8 +23,6 @@ use crate::store::{
     to_json,
 };
 
-/// Most messages one receive expires or dead-letters (as on the embedded store).
-const MAX_DROPPED_PER_RECEIVE: usize = 1_000;
 /// How long a node's claim on a move task lasts without a step renewing it;
 /// another node takes the task over once it runs out.
 const MOVE_TASK_LEASE_MS: i64 = 5_000;
@@ -593,7 +592,8 @@ pub(super) async fn insert_standard(
 /// picks the oldest visible rows no other receive holds, drops the expired
 /// ones and leases the rest. Alone it is a whole transaction.
 ///
-/// A row due for the dead-letter queue is left alone (moving it takes the
+/// The rules are [`ReceivePolicy`]'s, in SQL: a row past retention is
+/// deleted, a row under its receive limit leased. A row due for the dead-letter queue is left alone (moving it takes the
 /// dead-letter queue's checks and several statements): the answer's
 /// `poisoned` says some were met, and the caller moves them in a
 /// transaction of its own.
@@ -757,8 +757,7 @@ pub(super) enum Met {
 /// One receive's progress. Leases are taken in one statement per flush.
 pub(super) struct ReceivePass<'a> {
     params: &'a MessageReceiveParams,
-    dead_letter: Option<&'a DeadLetterTarget>,
-    dropped: usize,
+    policy: ReceivePolicy<'a, DeadLetterTarget>,
     pending_leases: Vec<i64>,
     outcome: ReceiveOutcome,
 }
@@ -769,13 +768,14 @@ impl<'a> ReceivePass<'a> {
         params: &'a MessageReceiveParams,
     ) -> Result<Self, StoreError> {
         let dead_letter = match &params.dead_letter {
-            Some(target) if queue_exists(connection, target.queue_id).await? => Some(target),
+            Some(target) if queue_exists(connection, target.queue_id).await? => {
+                Some((target, target.max_receive_count))
+            }
             _ => None,
         };
         Ok(Self {
             params,
-            dead_letter,
-            dropped: 0,
+            policy: ReceivePolicy::new(Some(params.expired_at_or_before), dead_letter),
             pending_leases: Vec::new(),
             outcome: ReceiveOutcome::default(),
         })
@@ -790,7 +790,7 @@ impl<'a> ReceivePass<'a> {
     }
 
     pub(super) fn out_of_budget(&self) -> bool {
-        self.dropped >= MAX_DROPPED_PER_RECEIVE
+        self.policy.out_of_budget()
     }
 
     /// Expires, dead-letters or (at the next flush) leases one visible message.
@@ -801,26 +801,23 @@ impl<'a> ReceivePass<'a> {
     ) -> Result<Met, StoreError> {
         let params = self.params;
         let mut message = row.message;
-        let dead_letter = self
-            .dead_letter
-            .filter(|target| message.receive_count >= target.max_receive_count);
-        if message.sent_at <= params.expired_at_or_before || dead_letter.is_some() {
-            if self.out_of_budget() {
-                return Ok(Met::OutOfBudget);
-            }
-            self.dropped += 1;
-            if message.sent_at <= params.expired_at_or_before {
+        match self.policy.fate(message.sent_at, message.receive_count) {
+            Fate::OutOfBudget => return Ok(Met::OutOfBudget),
+            Fate::Expire => {
                 sqlx::query("DELETE FROM messages WHERE seq = $1")
                     .bind(message.seq)
                     .execute(&mut *connection)
                     .await
                     .map_err(postgres_error("message_receive: expire"))?;
                 self.outcome.expired += 1;
-            } else if let Some(target) = dead_letter {
+                return Ok(Met::Dropped);
+            }
+            Fate::DeadLetter(target) => {
                 move_to_dead_letter_queue(connection, message.seq, target, params.now).await?;
                 self.outcome.dead_lettered += 1;
+                return Ok(Met::Dropped);
             }
-            return Ok(Met::Dropped);
+            Fate::Lease => {}
         }
         self.pending_leases.push(message.seq);
         message.receive_count += 1;
@@ -1094,9 +1091,10 @@ pub(super) async fn message_nack(
         Some(target) if queue_exists(connection, target.queue_id).await? => Some(target),
         _ => None,
     };
-    let exhausted = dead_letter.is_some_and(|target| receive_count >= target.max_receive_count);
     match dead_letter {
-        Some(target) if params.permanent || exhausted => {
+        Some(target)
+            if nack_dead_letters(params.permanent, receive_count, target.max_receive_count) =>
+        {
             move_to_dead_letter_queue(connection, params.lease.seq, target, params.now).await?;
             Ok(NackOutcome::DeadLettered)
         }

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use ackbox_core::receive_policy::{Fate, ReceivePolicy, nack_dead_letters};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::fifo::{self, TouchedGroups};
@@ -20,10 +21,6 @@ use crate::store::{
     QueueRecord, QueueUpdateParams, ReceiveOutcome, StoreError, StoredMessage,
     UNFINISHED_PURGE_SQL, from_json, to_json,
 };
-
-/// Most messages one receive expires or dead-letters; later receives and the
-/// retention sweeper do the rest, so one receive never holds the writer long.
-const MAX_DROPPED_PER_RECEIVE: usize = 1_000;
 
 pub(crate) fn database_error(
     operation: &'static str,
@@ -631,8 +628,7 @@ pub(crate) enum Met {
 /// messages it dropped on the way.
 pub(crate) struct ReceivePass<'a> {
     params: &'a MessageReceiveParams,
-    dead_letter: Option<&'a DeadLetterTarget>,
-    dropped: usize,
+    policy: ReceivePolicy<'a, DeadLetterTarget>,
     outcome: ReceiveOutcome,
 }
 
@@ -641,16 +637,15 @@ impl<'a> ReceivePass<'a> {
         connection: &Connection,
         params: &'a MessageReceiveParams,
     ) -> Result<Self, StoreError> {
-        // A dead-letter queue deleted meanwhile moves nothing: the message
-        // stays where it is and keeps being delivered, never dropped.
         let dead_letter = match &params.dead_letter {
-            Some(target) if queue_exists(connection, target.queue_id)? => Some(target),
+            Some(target) if queue_exists(connection, target.queue_id)? => {
+                Some((target, target.max_receive_count))
+            }
             _ => None,
         };
         Ok(Self {
             params,
-            dead_letter,
-            dropped: 0,
+            policy: ReceivePolicy::new(Some(params.expired_at_or_before), dead_letter),
             outcome: ReceiveOutcome::default(),
         })
     }
@@ -659,11 +654,8 @@ impl<'a> ReceivePass<'a> {
         self.outcome.messages.len()
     }
 
-    /// Whether this receive has dropped as many messages as one may; later
-    /// receives and the retention sweeper do the rest, so one receive never
-    /// holds the writer (and every other queue) for a huge backlog.
     pub(crate) fn out_of_budget(&self) -> bool {
-        self.dropped >= MAX_DROPPED_PER_RECEIVE
+        self.policy.out_of_budget()
     }
 
     /// Expires, dead-letters or leases one visible message.
@@ -673,30 +665,26 @@ impl<'a> ReceivePass<'a> {
         row: MessageRow,
     ) -> Result<Met, StoreError> {
         let params = self.params;
-        let (seq, sent_at, receive_count) = (
-            row.message.seq,
-            row.message.sent_at,
-            row.message.receive_count,
-        );
-        let dead_letter = self
-            .dead_letter
-            .filter(|target| receive_count >= target.max_receive_count);
-        if sent_at <= params.expired_at_or_before || dead_letter.is_some() {
-            if self.out_of_budget() {
-                return Ok(Met::OutOfBudget);
-            }
-            self.dropped += 1;
-            if sent_at <= params.expired_at_or_before {
+        let seq = row.message.seq;
+        match self
+            .policy
+            .fate(row.message.sent_at, row.message.receive_count)
+        {
+            Fate::OutOfBudget => return Ok(Met::OutOfBudget),
+            Fate::Expire => {
                 connection
                     .prepare_cached("DELETE FROM messages WHERE seq = ?1")
                     .and_then(|mut expire| expire.execute([seq]))
                     .map_err(database_error("message_receive: expire"))?;
                 self.outcome.expired += 1;
-            } else if let Some(target) = dead_letter {
+                return Ok(Met::Dropped);
+            }
+            Fate::DeadLetter(target) => {
                 move_to_dead_letter_queue(connection, seq, target, params.now)?;
                 self.outcome.dead_lettered += 1;
+                return Ok(Met::Dropped);
             }
-            return Ok(Met::Dropped);
+            Fate::Lease => {}
         }
         connection
             .prepare_cached(
@@ -967,11 +955,10 @@ pub(crate) fn message_nack(
         Some(target) if queue_exists(connection, target.queue_id)? => Some(target),
         _ => None,
     };
-    // The lease that would come next would exceed the receive limit, so the
-    // message moves now rather than waiting to be received once more.
-    let exhausted = dead_letter.is_some_and(|target| receive_count >= target.max_receive_count);
     match dead_letter {
-        Some(target) if params.permanent || exhausted => {
+        Some(target)
+            if nack_dead_letters(params.permanent, receive_count, target.max_receive_count) =>
+        {
             move_to_dead_letter_queue(connection, params.lease.seq, target, params.now)?;
             Ok(NackOutcome::DeadLettered)
         }
