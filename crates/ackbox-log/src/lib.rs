@@ -1,5 +1,5 @@
-//! The append-only message log that a future ackbox store keeps standard
-//! queues in, in place of SQLite's B-trees (see `docs/storage.md`, "What a
+//! The append-only message log that `--store log` keeps standard queues
+//! in, in place of SQLite's B-trees (see `docs/storage.md`, "What a
 //! message costs the embedded store").
 //!
 //! SQLite logs whole 4 KiB pages and keeps three B-trees per message, so a
@@ -8,8 +8,9 @@
 //! record of a few dozen bytes, all fsync'd by one group commit, and each
 //! queue's order and leases live in memory, rebuilt from the log at start.
 //!
-//! This crate is the log and the ledger; wiring them into the broker's
-//! `Store` is the next step and has not been done.
+//! This crate is the log and the ledger; `ackbox_engine::store::log::LogStore`
+//! wires them into the broker's `Store`, with SQLite beside them for
+//! queues, FIFO queues and move tasks.
 //!
 //! # Layout
 //! - [`frame`]: one record's framing and checksum; what counts as a torn tail.

@@ -12,8 +12,8 @@
 //! (a crash that loses one only delivers the message again).
 //!
 //! Move tasks' steps are here; their progress (the cursor, the counts) is
-//! the caller's to keep. Not here yet: the task that runs compaction; a
-//! `Store` over this is the next step (`docs/storage.md`).
+//! the caller's to keep, as is the thread that runs compaction (the log
+//! store's, in `ackbox-engine`).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};

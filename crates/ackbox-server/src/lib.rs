@@ -1,6 +1,7 @@
 //! The ackbox server: the Amazon SQS wire protocol over the ackbox engine.
 //!
-//! It speaks AWS JSON 1.0 (`X-Amz-Target: AmazonSQS.<Action>`), answers
+//! It speaks AWS JSON 1.0 (`X-Amz-Target: AmazonSQS.<Action>`) and the
+//! query protocol (form-encoded `Action=…`, answered in XML), answers
 //! `/healthz`, and shuts down gracefully: stop accepting, end long polls,
 //! finish requests, flush the store.
 //!
@@ -10,7 +11,7 @@
 //! - [`listener`]: accepting connections, TLS, connection and header limits, [`serve`](listener::serve).
 //! - [`limits`]: sizes, connection counts and timeouts.
 //! - [`tls`]: certificates for HTTPS.
-//! - [`protocol`]: wire protocols (JSON 1.0).
+//! - [`protocol`]: wire protocols (JSON 1.0, query).
 //! - [`action`]: one module per SQS action, and authorization.
 //! - [`auth`]: SigV4 authentication, the credentials file, callers.
 //! - [`error`]: the one mapping from failures to SQS error responses.
