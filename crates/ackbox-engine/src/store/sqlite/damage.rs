@@ -4,7 +4,7 @@
 
 use rusqlite::{Connection, ErrorCode};
 
-use super::mutation::database_error;
+use super::database_error::database_error;
 use crate::store::StoreError;
 
 /// How hard to look.

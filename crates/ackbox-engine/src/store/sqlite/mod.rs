@@ -23,10 +23,17 @@ use crate::store::{
 
 mod checkpoint;
 pub(crate) mod damage;
+mod database_error;
 mod fifo;
 mod later_file;
+mod message;
 mod migrate;
-mod mutation;
+mod move_task;
+mod queue;
+mod receive;
+mod relocate;
+mod rows;
+mod sweep;
 mod writer;
 
 pub use writer::Durability;
@@ -34,8 +41,10 @@ pub use writer::Durability;
 use super::data_dir::{DataDirLock, DiskReserve};
 
 use checkpoint::Checkpointer;
-use mutation::{QUEUE_COLUMNS, database_error, queue_from_row, queue_record};
-pub(crate) use mutation::{StepProgress, TaskPosition, database_error as mutation_error};
+use database_error::database_error;
+pub(crate) use database_error::database_error as mutation_error;
+pub(crate) use move_task::{StepProgress, TaskPosition};
+use rows::{QUEUE_COLUMNS, queue_from_row, queue_record};
 use writer::{Commit, Writer};
 
 /// The database file inside the data directory.
@@ -348,7 +357,7 @@ impl SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::move_task_insert(connection, &params, |_| Ok(snapshot))
+                move_task::move_task_insert(connection, &params, |_| Ok(snapshot))
             })
             .await
     }
@@ -359,7 +368,7 @@ impl SqliteStore {
         handle: &str,
     ) -> Result<Option<TaskPosition>, StoreError> {
         let handle = handle.to_owned();
-        self.read(move |connection| mutation::move_task_position(connection, &handle))
+        self.read(move |connection| move_task::move_task_position(connection, &handle))
             .await
     }
 
@@ -374,7 +383,7 @@ impl SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::move_task_record_step(connection, &handle, &progress)
+                move_task::move_task_record_step(connection, &handle, &progress)
             })
             .await
     }
@@ -390,7 +399,7 @@ impl SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::move_task_resume(connection, &handle, Some(relapsed))
+                move_task::move_task_resume(connection, &handle, Some(relapsed))
             })
             .await
     }
@@ -421,7 +430,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::queue_create(connection, &params)
+                queue::queue_create(connection, &params)
             })
             .await
     }
@@ -462,7 +471,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::queue_update(connection, &params)
+                queue::queue_update(connection, &params)
             })
             .await
     }
@@ -471,7 +480,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::queue_delete(connection, &params)
+                queue::queue_delete(connection, &params)
             })
             .await
     }
@@ -480,7 +489,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::queue_purge(connection, &params)
+                queue::queue_purge(connection, &params)
             })
             .await
     }
@@ -518,7 +527,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::message_insert_batch(connection, &params)
+                message::message_insert_batch(connection, &params)
             })
             .await
     }
@@ -530,7 +539,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Lazy, move |connection| {
-                mutation::message_receive(connection, &params)
+                receive::message_receive(connection, &params)
             })
             .await
     }
@@ -542,7 +551,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Lazy, move |connection| {
-                mutation::message_delete_batch(connection, &params)
+                message::message_delete_batch(connection, &params)
             })
             .await
     }
@@ -554,7 +563,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Lazy, move |connection| {
-                mutation::message_change_visibility_batch(connection, &params)
+                message::message_change_visibility_batch(connection, &params)
             })
             .await
     }
@@ -565,7 +574,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::message_nack(connection, &params)
+                message::message_nack(connection, &params)
             })
             .await
     }
@@ -607,7 +616,7 @@ impl Store for SqliteStore {
         &self,
         params: MessagePeekParams,
     ) -> Result<Vec<StoredMessage>, StoreError> {
-        self.read(move |connection| mutation::message_peek(connection, &params))
+        self.read(move |connection| message::message_peek(connection, &params))
             .await
     }
 
@@ -618,7 +627,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::move_task_create(connection, &params)
+                move_task::move_task_create(connection, &params)
             })
             .await
     }
@@ -632,7 +641,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit_in_background(Commit::Durable, move |connection| {
-                mutation::move_task_step(connection, &params)
+                move_task::move_task_step(connection, &params)
             })
             .await
     }
@@ -642,7 +651,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::move_task_resume(connection, &handle, None)
+                move_task::move_task_resume(connection, &handle, None)
             })
             .await
     }
@@ -656,7 +665,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit(Commit::Durable, move |connection| {
-                mutation::move_task_cancel(connection, &handle, now)
+                move_task::move_task_cancel(connection, &handle, now)
             })
             .await
     }
@@ -667,14 +676,14 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<Vec<MoveTaskRecord>, StoreError> {
         self.read(move |connection| {
-            let columns = mutation::MOVE_TASK_COLUMNS;
+            let columns = move_task::MOVE_TASK_COLUMNS;
             let order = "ORDER BY started_at DESC, rowid DESC";
             let query = |sql: String, values: &[&dyn rusqlite::ToSql]| {
                 connection
                     .prepare_cached(&sql)
                     .and_then(|mut select| {
                         select
-                            .query_map(values, mutation::move_task_row)?
+                            .query_map(values, move_task::move_task_row)?
                             .collect::<Result<Vec<_>, _>>()
                     })
                     .map_err(database_error("move_task_list"))
@@ -709,7 +718,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit_in_background(Commit::Lazy, move |connection| {
-                mutation::message_expire(connection, &params)
+                sweep::message_expire(connection, &params)
             })
             .await
     }
@@ -725,7 +734,7 @@ impl Store for SqliteStore {
     }
 
     async fn message_sweep_left_behind(&self, limit: u32) -> Result<u64, StoreError> {
-        let Some(left_behind) = self.read(mutation::left_behind).await? else {
+        let Some(left_behind) = self.read(sweep::left_behind).await? else {
             return Ok(0);
         };
         // Dropping late is harmless: a power loss brings back only messages
@@ -733,7 +742,7 @@ impl Store for SqliteStore {
         self.inner
             .writer
             .submit_in_background(Commit::Lazy, move |connection| {
-                mutation::message_sweep_left_behind(connection, left_behind, limit)
+                sweep::message_sweep_left_behind(connection, left_behind, limit)
             })
             .await
     }

@@ -815,7 +815,7 @@ impl Committer {
                 true
             }
             Err(error) => {
-                if super::mutation::is_disk_full(&error) {
+                if super::database_error::is_disk_full(&error) {
                     self.disk_full.store(true, Ordering::Release);
                 }
                 tracing::error!(%error, jobs = completions.len(), "group commit failed; no job is acknowledged");
@@ -1035,7 +1035,7 @@ impl Committer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sqlite::mutation::database_error;
+    use crate::store::sqlite::database_error::database_error;
 
     fn open_writer(dir: &tempfile::TempDir, durability: Durability) -> Writer {
         open_writer_with(dir, durability, "")
