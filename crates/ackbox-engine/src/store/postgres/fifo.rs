@@ -4,17 +4,15 @@
 //! the queue's advisory lock held ([`lock_queue`]), so the group rows are
 //! derived from the messages one transaction at a time across all nodes.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use ackbox_core::limits::MAX_RECEIVE_MESSAGES;
 use sqlx::PgConnection;
 
-use super::mutation::{
-    Met, ReceivePass, message_columns, message_from_row, postgres_error, queue_kind,
-};
+use super::database_error::postgres_error;
+use super::rows::queue_kind;
 use crate::store::{
-    DeleteOutcome, InsertedMessage, MessageDeleteParams, MessageInsertParams, MessageReceiveParams,
-    ReceiveAttempt, ReceiveOutcome, StoreError, StoredMessage, from_json, to_json,
+    DeleteOutcome, InsertedMessage, MessageDeleteParams, MessageInsertParams, StoreError, to_json,
 };
 
 /// Serializes every FIFO mutation of one queue, across nodes, until the
@@ -337,183 +335,4 @@ pub(super) async fn forget_window_through(
     .await
     .map(|done| done.rows_affected())
     .map_err(postgres_error("fifo: forget purged window"))
-}
-
-/// One leased message of a recorded attempt: `[seq, receive_count, visible_at]`.
-type AttemptLease = (i64, i64, i64);
-
-/// ReceiveMessage on a FIFO queue: whole runs from the heads of available
-/// groups, oldest-available group first.
-pub(super) async fn receive(
-    connection: &mut PgConnection,
-    mut pass: ReceivePass<'_>,
-) -> Result<ReceiveOutcome, StoreError> {
-    let params = pass.params();
-    if let Some(attempt) = &params.attempt
-        && let Some(messages) = replay(connection, params, attempt).await?
-    {
-        return Ok(ReceiveOutcome {
-            messages,
-            ..ReceiveOutcome::default()
-        });
-    }
-    let wanted = params.max_messages as usize;
-    let mut visited = HashSet::new();
-    'receive: while pass.leased() < wanted && !pass.out_of_budget() {
-        let limit = (visited.len() + wanted - pass.leased()) as i64;
-        let groups: Vec<String> = sqlx::query_scalar(
-            "SELECT group_id FROM fifo_groups WHERE queue_id = $1 AND available_at <= $2
-             ORDER BY available_at, head_seq LIMIT $3",
-        )
-        .bind(params.queue_id)
-        .bind(params.now)
-        .bind(limit)
-        .fetch_all(&mut *connection)
-        .await
-        .map_err(postgres_error("fifo receive: groups"))?;
-        let fresh: Vec<String> = groups
-            .into_iter()
-            .filter(|group| !visited.contains(group))
-            .collect();
-        if fresh.is_empty() {
-            break;
-        }
-        for group in fresh {
-            let mut cursor = 0i64;
-            'run: while pass.leased() < wanted {
-                let rows = sqlx::query(concat!(
-                    "SELECT ",
-                    message_columns!(),
-                    " FROM messages WHERE queue_id = $1 AND group_id = $2 AND seq > $3
-                     ORDER BY seq LIMIT $4"
-                ))
-                .bind(params.queue_id)
-                .bind(&group)
-                .bind(cursor)
-                .bind((wanted - pass.leased()) as i64)
-                .fetch_all(&mut *connection)
-                .await
-                .map_err(postgres_error("fifo receive: run"))?;
-                if rows.is_empty() {
-                    break;
-                }
-                for row in &rows {
-                    let row = message_from_row(row)?;
-                    cursor = row.message.seq;
-                    // Nothing may overtake a message not yet deliverable.
-                    if row.visible_at > params.now {
-                        break 'run;
-                    }
-                    if let Met::OutOfBudget = pass.meet(connection, row).await? {
-                        pass.flush(connection).await?;
-                        refresh_group(connection, params.queue_id, &group).await?;
-                        break 'receive;
-                    }
-                }
-            }
-            pass.flush(connection).await?;
-            refresh_group(connection, params.queue_id, &group).await?;
-            visited.insert(group);
-        }
-    }
-    let mut outcome = pass.finish(connection).await?;
-    if let Some(attempt) = &params.attempt
-        && !outcome.messages.is_empty()
-    {
-        record_attempt(connection, params, attempt, &outcome.messages).await?;
-    }
-    if outcome.messages.is_empty() {
-        outcome.next_visible_at = sqlx::query_scalar(
-            "SELECT MIN(available_at) FROM fifo_groups WHERE queue_id = $1 AND available_at > $2",
-        )
-        .bind(params.queue_id)
-        .bind(params.now)
-        .fetch_one(&mut *connection)
-        .await
-        .map_err(postgres_error("fifo receive: next available"))?;
-    }
-    Ok(outcome)
-}
-
-async fn record_attempt(
-    connection: &mut PgConnection,
-    params: &MessageReceiveParams,
-    attempt: &ReceiveAttempt,
-    messages: &[StoredMessage],
-) -> Result<(), StoreError> {
-    let leases: Vec<AttemptLease> = messages
-        .iter()
-        .map(|message| (message.seq, message.receive_count, params.visible_at))
-        .collect();
-    sqlx::query(
-        "INSERT INTO receive_attempts (queue_id, attempt_id, created_at, leases)
-         VALUES ($1, $2, $3, $4)
-         ON CONFLICT (queue_id, attempt_id)
-         DO UPDATE SET created_at = excluded.created_at, leases = excluded.leases",
-    )
-    .bind(params.queue_id)
-    .bind(&attempt.id)
-    .bind(params.now)
-    .bind(to_json(&leases))
-    .execute(connection)
-    .await
-    .map(drop)
-    .map_err(postgres_error("fifo receive: record attempt"))
-}
-
-/// A retried attempt gets the same messages under the same leases, if none
-/// of them changed since; otherwise the retry is an ordinary receive.
-async fn replay(
-    connection: &mut PgConnection,
-    params: &MessageReceiveParams,
-    attempt: &ReceiveAttempt,
-) -> Result<Option<Vec<StoredMessage>>, StoreError> {
-    let leases: Option<String> = sqlx::query_scalar(
-        "SELECT leases FROM receive_attempts
-         WHERE queue_id = $1 AND attempt_id = $2 AND created_at > $3",
-    )
-    .bind(params.queue_id)
-    .bind(&attempt.id)
-    .bind(attempt.valid_after)
-    .fetch_optional(&mut *connection)
-    .await
-    .map_err(postgres_error("fifo replay: attempt"))?;
-    let Some(leases) = leases else {
-        return Ok(None);
-    };
-    let leases: Vec<AttemptLease> = from_json(&leases, "receive attempt leases")?;
-    let mut messages = Vec::with_capacity(leases.len());
-    for &(seq, receive_count, visible_at) in &leases {
-        let found = sqlx::query(concat!(
-            "SELECT ",
-            message_columns!(),
-            " FROM messages WHERE seq = $1 AND queue_id = $2"
-        ))
-        .bind(seq)
-        .bind(params.queue_id)
-        .fetch_optional(&mut *connection)
-        .await
-        .map_err(postgres_error("fifo replay: message"))?;
-        match found.as_ref().map(message_from_row).transpose()? {
-            Some(row)
-                if row.visible_at == visible_at && row.message.receive_count == receive_count =>
-            {
-                messages.push(row.message);
-            }
-            _ => return Ok(None),
-        }
-    }
-    let mut touched = TouchedGroups::default();
-    for message in &messages {
-        sqlx::query("UPDATE messages SET visible_at = $2 WHERE seq = $1")
-            .bind(message.seq)
-            .bind(params.visible_at)
-            .execute(&mut *connection)
-            .await
-            .map_err(postgres_error("fifo replay: lease again"))?;
-        touched.touch(params.queue_id, message.group_id.as_deref());
-    }
-    touched.refresh(connection).await?;
-    record_attempt(connection, params, attempt, &messages).await?;
-    Ok(Some(messages))
 }

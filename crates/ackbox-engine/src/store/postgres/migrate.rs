@@ -7,7 +7,7 @@
 
 use sqlx::PgPool;
 
-use super::mutation::postgres_error;
+use super::database_error::postgres_error;
 use crate::store::StoreError;
 
 /// Every migration, in order: (version, name, SQL).

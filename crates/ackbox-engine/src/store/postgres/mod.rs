@@ -48,12 +48,21 @@ use crate::store::{
 };
 
 mod announce;
+mod database_error;
 mod fifo;
+mod message;
 mod migrate;
-mod mutation;
+mod move_task;
+mod notify;
+mod queue;
+mod receive;
+mod relocate;
+mod rows;
+mod sweep;
 
 use announce::Announcer;
-use mutation::{AtOnce, postgres_error};
+use database_error::postgres_error;
+use receive::AtOnce;
 
 /// The channel that carries "messages may be receivable in queue N".
 const MESSAGES_CHANNEL: &str = "ackbox_messages";
@@ -366,38 +375,38 @@ impl Store for PostgresStore {
         params: QueueCreateParams,
     ) -> Result<QueueCreateOutcome, StoreError> {
         in_transaction!(self.pool, "queue_create", |connection| {
-            mutation::queue_create(connection, &params)
+            queue::queue_create(connection, &params)
         })
     }
 
     async fn queue_list(&self) -> Result<Vec<QueueRecord>, StoreError> {
-        mutation::queue_list(&self.pool).await
+        queue::queue_list(&self.pool).await
     }
 
     async fn queue_get(&self, name: &str) -> Result<Option<QueueRecord>, StoreError> {
-        mutation::queue_get(&self.pool, name).await
+        queue::queue_get(&self.pool, name).await
     }
 
     async fn queue_update(&self, params: QueueUpdateParams) -> Result<(), StoreError> {
         in_transaction!(self.pool, "queue_update", |connection| {
-            mutation::queue_update(connection, &params)
+            queue::queue_update(connection, &params)
         })
     }
 
     async fn queue_delete(&self, params: QueueDeleteParams) -> Result<bool, StoreError> {
         in_transaction!(self.pool, "queue_delete", |connection| {
-            mutation::queue_delete(connection, &params)
+            queue::queue_delete(connection, &params)
         })
     }
 
     async fn queue_purge(&self, params: QueuePurgeParams) -> Result<QueuePurgeOutcome, StoreError> {
         in_transaction!(self.pool, "queue_purge", |connection| {
-            mutation::queue_purge(connection, &params)
+            queue::queue_purge(connection, &params)
         })
     }
 
     async fn queue_stats(&self, params: QueueStatsParams) -> Result<QueueStats, StoreError> {
-        mutation::queue_stats(&self.pool, params).await
+        queue::queue_stats(&self.pool, params).await
     }
 
     async fn message_insert_batch(
@@ -406,10 +415,10 @@ impl Store for PostgresStore {
     ) -> Result<Vec<InsertedMessage>, StoreError> {
         // The common case is one statement, hence its own transaction.
         let inserted = if self.is_standard(params.queue_id).await? {
-            mutation::insert_standard(&self.pool, &params).await?
+            message::insert_standard(&self.pool, &params).await?
         } else {
             in_transaction!(self.pool, "message_insert_batch", |connection| {
-                mutation::message_insert_batch(connection, &params)
+                message::message_insert_batch(connection, &params)
             })?
         };
         if inserted.iter().any(|message| !message.duplicate) {
@@ -430,13 +439,13 @@ impl Store for PostgresStore {
             && self.is_standard(params.queue_id).await?;
         if !at_once {
             return in_transaction!(self.lease_pool, "message_receive", |connection| {
-                mutation::message_receive(connection, &params)
+                receive::message_receive(connection, &params)
             });
         }
         let AtOnce {
             mut outcome,
             poisoned,
-        } = mutation::receive_standard_at_once(&self.lease_pool, &params).await?;
+        } = receive::receive_standard_at_once(&self.lease_pool, &params).await?;
         let leased = outcome.messages.len() as u32;
         if !poisoned || leased >= params.max_messages {
             return Ok(outcome);
@@ -448,7 +457,7 @@ impl Store for PostgresStore {
             ..params
         };
         let more = in_transaction!(self.lease_pool, "message_receive", |connection| {
-            mutation::message_receive(connection, &rest)
+            receive::message_receive(connection, &rest)
         })?;
         if outcome.messages.is_empty() {
             outcome.next_visible_at = more.next_visible_at;
@@ -464,10 +473,10 @@ impl Store for PostgresStore {
         params: MessageDeleteParams,
     ) -> Result<Vec<DeleteOutcome>, StoreError> {
         if self.is_standard(params.queue_id).await? {
-            return mutation::delete_standard(&self.lease_pool, &params).await;
+            return message::delete_standard(&self.lease_pool, &params).await;
         }
         in_transaction!(self.lease_pool, "message_delete_batch", |connection| {
-            mutation::message_delete_batch(connection, &params)
+            message::message_delete_batch(connection, &params)
         })
     }
 
@@ -478,13 +487,13 @@ impl Store for PostgresStore {
         in_transaction!(
             self.lease_pool,
             "message_change_visibility_batch",
-            |connection| { mutation::message_change_visibility_batch(connection, &params) }
+            |connection| { message::message_change_visibility_batch(connection, &params) }
         )
     }
 
     async fn message_nack(&self, params: MessageNackParams) -> Result<NackOutcome, StoreError> {
         in_transaction!(self.lease_pool, "message_nack", |connection| {
-            mutation::message_nack(connection, &params)
+            message::message_nack(connection, &params)
         })
     }
 
@@ -492,14 +501,14 @@ impl Store for PostgresStore {
         &self,
         queue_id: i64,
     ) -> Result<Vec<FailureClassCount>, StoreError> {
-        mutation::message_failure_classes(&self.pool, queue_id).await
+        message::message_failure_classes(&self.pool, queue_id).await
     }
 
     async fn message_peek(
         &self,
         params: MessagePeekParams,
     ) -> Result<Vec<StoredMessage>, StoreError> {
-        mutation::message_peek(&self.pool, params).await
+        message::message_peek(&self.pool, params).await
     }
 
     async fn move_task_create(
@@ -507,7 +516,7 @@ impl Store for PostgresStore {
         params: MoveTaskCreateParams,
     ) -> Result<MoveTaskCreateOutcome, StoreError> {
         in_transaction!(self.pool, "move_task_create", |connection| {
-            mutation::move_task_create(connection, &params)
+            move_task::move_task_create(connection, &params)
         })
     }
 
@@ -516,7 +525,7 @@ impl Store for PostgresStore {
         params: MoveTaskStepParams,
     ) -> Result<MoveTaskStepOutcome, StoreError> {
         let outcome = in_transaction!(self.pool, "move_task_step", |connection| {
-            mutation::move_task_step(connection, &params, &self.node)
+            move_task::move_task_step(connection, &params, &self.node)
         })?;
         // After the commit, as for sends: a step commits with an fsync, and a
         // `NOTIFY` inside it would hold every other node's sends behind it.
@@ -528,7 +537,7 @@ impl Store for PostgresStore {
 
     async fn move_task_resume(&self, handle: &str) -> Result<Option<MoveTaskRecord>, StoreError> {
         in_transaction!(self.pool, "move_task_resume", |connection| {
-            mutation::move_task_resume(connection, handle)
+            move_task::move_task_resume(connection, handle)
         })
     }
 
@@ -538,7 +547,7 @@ impl Store for PostgresStore {
         now: Timestamp,
     ) -> Result<Option<MoveTaskRecord>, StoreError> {
         in_transaction!(self.pool, "move_task_cancel", |connection| {
-            mutation::move_task_cancel(connection, handle, now)
+            move_task::move_task_cancel(connection, handle, now)
         })
     }
 
@@ -547,12 +556,12 @@ impl Store for PostgresStore {
         filter: MoveTaskFilter,
         limit: u32,
     ) -> Result<Vec<MoveTaskRecord>, StoreError> {
-        mutation::move_task_list(&self.pool, filter, limit).await
+        move_task::move_task_list(&self.pool, filter, limit).await
     }
 
     async fn message_expire(&self, params: MessageExpireParams) -> Result<u64, StoreError> {
         in_transaction!(self.pool, "message_expire", |connection| {
-            mutation::message_expire(connection, &params)
+            sweep::message_expire(connection, &params)
         })
     }
 
@@ -564,7 +573,7 @@ impl Store for PostgresStore {
 
     async fn message_sweep_left_behind(&self, limit: u32) -> Result<u64, StoreError> {
         in_transaction!(self.pool, "message_sweep_left_behind", |connection| {
-            mutation::message_sweep_left_behind(connection, limit)
+            sweep::message_sweep_left_behind(connection, limit)
         })
     }
 
