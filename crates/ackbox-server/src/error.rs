@@ -1,21 +1,14 @@
 //! Every client-visible failure becomes one SQS error response, here.
 //!
-//! [`ApiError`] wraps what went wrong; [`ApiError::render`] answers in the
-//! request's protocol. The AWS JSON 1.0 error shape is status,
-//! `x-amzn-RequestId`, `x-amzn-query-error: <QueryCode>;Sender` and
-//! `{"__type": "<namespace>#<Shape>", "message": …}`; the query protocol's is
-//! XML ([`crate::protocol::query`]).
-//! Internal failures are logged with their cause and answered with a generic
-//! `InternalError`, never with the cause itself.
+//! [`ApiError`] wraps what went wrong and says which SQS error the client
+//! sees ([`ApiError::client_error`]); each wire protocol encodes it in its
+//! own shape (`protocol/`, which depends on this module, never the other
+//! way round). Internal failures are logged with their cause and answered
+//! with a generic `InternalError`, never with the cause itself.
 
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_engine::EngineError;
 use ackbox_engine::store::StoreError;
-use axum::http::{HeaderValue, header};
-use axum::response::{IntoResponse, Response};
-
-use crate::protocol::Protocol;
-use crate::protocol::json::CONTENT_TYPE;
 
 /// Header carrying the request id on every response.
 pub const REQUEST_ID_HEADER: &str = "x-amzn-RequestId";
@@ -57,9 +50,11 @@ impl ApiError {
         }
     }
 
-    /// The error response in `protocol`'s shape, logged as its kind deserves.
-    pub fn render(self, protocol: Protocol, request_id: &str) -> Response {
-        match &self {
+    /// Logs the failure as its kind deserves: an internal one as an error
+    /// with its cause, a retryable store condition as a warning, a refusal
+    /// of the request at debug level.
+    pub fn log(&self) {
+        match self {
             // A full disk or a store shutting down answers every request the
             // same way for a while: warned, not an error per request.
             Self::Store(source) if source.is_retryable() => {
@@ -75,31 +70,5 @@ impl ApiError {
                 tracing::debug!(code = %sqs.code, message = %sqs.message, "request refused");
             }
         }
-        protocol.render_error(&self.client_error(), request_id)
     }
-}
-
-/// JSON 1.0, whose errors carry their request id in a header only.
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        self.render(Protocol::Json, "")
-    }
-}
-
-/// The JSON 1.0 rendering of an SQS error.
-pub fn render_json_error(error: &SqsError) -> Response {
-    let code = error.code;
-    let status = crate::protocol::error_status(code);
-    let body = serde_json::json!({
-        "__type": format!("{}#{}", code.shape_namespace(), code.shape_name()),
-        "message": error.message,
-    });
-    let fault = crate::protocol::error_fault(code);
-    let mut response = (status, body.to_string()).into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
-    if let Ok(value) = HeaderValue::from_str(&format!("{};{fault}", code.query_code())) {
-        headers.insert(QUERY_ERROR_HEADER, value);
-    }
-    response
 }

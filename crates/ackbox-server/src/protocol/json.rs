@@ -13,7 +13,8 @@ use serde::de::DeserializeOwned;
 
 use ackbox_core::error::{ErrorCode, SqsError};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, QUERY_ERROR_HEADER};
+use crate::protocol::{Protocol, error_fault, error_status};
 
 /// The content type of JSON 1.0 requests and responses.
 pub const CONTENT_TYPE: &str = "application/x-amz-json-1.0";
@@ -92,6 +93,32 @@ pub fn respond<T: Serialize>(response: &T) -> Response {
             ApiError::Sqs(SqsError::internal()).into_response()
         }
     }
+}
+
+/// JSON 1.0, whose errors carry their request id in a header only.
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.render(Protocol::Json, "")
+    }
+}
+
+/// An SQS error as JSON 1.0 answers it: the status, `x-amzn-query-error:
+/// <QueryCode>;<Sender|Receiver>` and `{"__type": "<namespace>#<Shape>",
+/// "message": …}`.
+pub fn render_error(error: &SqsError) -> Response {
+    let code = error.code;
+    let body = serde_json::json!({
+        "__type": format!("{}#{}", code.shape_namespace(), code.shape_name()),
+        "message": error.message,
+    });
+    let fault = error_fault(code);
+    let mut response = (error_status(code), body.to_string()).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    if let Ok(value) = HeaderValue::from_str(&format!("{};{fault}", code.query_code())) {
+        headers.insert(QUERY_ERROR_HEADER, value);
+    }
+    response
 }
 
 #[cfg(test)]

@@ -47,9 +47,17 @@ impl Protocol {
     /// The error response a client of this protocol parses.
     pub fn render_error(self, error: &SqsError, request_id: &str) -> Response {
         match self {
-            Self::Json => crate::error::render_json_error(error),
+            Self::Json => json::render_error(error),
             Self::Query => query::render_error(error, request_id),
         }
+    }
+}
+
+impl ApiError {
+    /// Logs the failure and answers it in `protocol`'s error shape.
+    pub fn render(self, protocol: Protocol, request_id: &str) -> Response {
+        self.log();
+        protocol.render_error(&self.client_error(), request_id)
     }
 }
 
