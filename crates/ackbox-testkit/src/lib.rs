@@ -9,6 +9,7 @@
 //! - [`server`]: [`TestServer`](server::TestServer), an in-process broker with restart.
 //! - [`process`]: [`ServerProcess`](process::ServerProcess), the built binary as a child process.
 //! - [`client`]: an `aws-sdk-sqs` client for an endpoint (with given keys, or over HTTPS).
+//! - [`faulty_store`]: [`FaultyStore`](faulty_store::FaultyStore), a store that fails chosen calls before or after applying them.
 //! - [`postgres`]: a throwaway PostgreSQL schema for the shared store.
 //! - [`tls`]: a throwaway certificate authority and server certificate.
 //!
@@ -24,6 +25,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
 pub mod client;
+pub mod faulty_store;
 pub mod postgres;
 pub mod process;
 pub mod server;
