@@ -43,8 +43,10 @@ use crate::api_client::EndpointArgs;
 use target::{Consumer, Producer, Target};
 
 mod ackbox;
+#[cfg(feature = "bench-peers")]
 mod nats;
 mod postgres;
+#[cfg(feature = "bench-peers")]
 mod rabbitmq;
 mod redrive;
 mod target;
@@ -540,18 +542,22 @@ async fn run_target(
             }
             reports
         }
+        #[cfg(feature = "bench-peers")]
         TargetKind::Rabbitmq => {
             let target = rabbitmq::RabbitMqTarget::create(&args.amqp_url, &name).await?;
             let reports = run_workloads(&target, kind, round, plan, settings, None).await;
             remove(&target, kind).await;
             reports
         }
+        #[cfg(feature = "bench-peers")]
         TargetKind::Nats => {
             let target = nats::NatsTarget::create(&args.nats_url, &name).await?;
             let reports = run_workloads(&target, kind, round, plan, settings, None).await;
             remove(&target, kind).await;
             reports
         }
+        #[cfg(not(feature = "bench-peers"))]
+        TargetKind::Rabbitmq | TargetKind::Nats => Err(without_peer_clients(kind)),
         TargetKind::Postgres => {
             let workers = u32::try_from(settings.producers.max(settings.consumers)).unwrap_or(64);
             let target =
@@ -561,6 +567,17 @@ async fn run_target(
             reports
         }
     }
+}
+
+/// Why `kind` cannot be measured by a build without the peers' clients.
+#[cfg(not(feature = "bench-peers"))]
+fn without_peer_clients(kind: TargetKind) -> anyhow::Error {
+    anyhow::anyhow!(
+        "--target {}: this build of ackbox has no {} client; build it with \
+         `cargo build --release -p ackbox --features bench-peers` to measure it",
+        kind.name(),
+        kind.name()
+    )
 }
 
 async fn remove<T: Target>(target: &T, kind: TargetKind) {
@@ -928,8 +945,12 @@ fn durability(kind: TargetKind) -> &'static str {
         TargetKind::Ackbox => {
             "as the server's --durability: fsync (group commit) before the acknowledgement by default"
         }
+        #[cfg(feature = "bench-peers")]
         TargetKind::Rabbitmq => rabbitmq::DURABILITY,
+        #[cfg(feature = "bench-peers")]
         TargetKind::Nats => nats::DURABILITY,
+        #[cfg(not(feature = "bench-peers"))]
+        TargetKind::Rabbitmq | TargetKind::Nats => "not measured: this build has no client for it",
         TargetKind::Postgres => postgres::DURABILITY,
     }
 }
