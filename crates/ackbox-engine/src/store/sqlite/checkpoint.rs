@@ -7,7 +7,7 @@
 //! keeps committing while it copies. Under steady writes a passive checkpoint
 //! never catches the last frames, so the WAL could not restart; the writer
 //! thread checkpoints on the writer connection as a backstop
-//! (`BACKSTOP_CHECKPOINT_FRAMES` in `writer.rs`), and finds much already
+//! (`BACKSTOP_CHECKPOINT_FRAMES` in `writer/mod.rs`), and finds much already
 //! copied, so its stall is shorter.
 //!
 //! What is due is read from the WAL index, not from the WAL file's size:
@@ -27,7 +27,7 @@ use rusqlite::Connection;
 use super::later_file::LaterFile;
 
 /// Checkpoint once the WAL holds this many bytes not yet copied: as much as
-/// the writer's backstop (`BACKSTOP_CHECKPOINT_FRAMES` in `writer.rs`),
+/// the writer's backstop (`BACKSTOP_CHECKPOINT_FRAMES` in `writer/mod.rs`),
 /// which thus often fires first, after the commit that crosses it. A
 /// checkpoint copies each page once however often it was written since the
 /// last one, and the same few hot pages take most writes: at 8 MiB (a

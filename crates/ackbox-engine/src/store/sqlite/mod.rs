@@ -106,7 +106,7 @@ const CONVERT_AT_START_MAX_BYTES: u64 = 256 * 1_048_576;
 /// Without it a store that filled and drained keeps its size, and the next
 /// fill writes into free pages scattered over the file instead of appending:
 /// measured 15 % fewer sends and receives per second on a refilled file. The
-/// writer returns free pages while idle (see `writer.rs`). `auto_vacuum` can
+/// writer returns free pages while idle (see `writer/`). `auto_vacuum` can
 /// only be chosen before the first table exists, so an older store is rebuilt
 /// once with `VACUUM`.
 fn keep_free_pages_reclaimable(connection: &Connection, path: &Path) -> Result<(), StoreError> {
@@ -181,9 +181,9 @@ impl SqliteStore {
         }
         keep_free_pages_reclaimable(&writer_connection, &path)?;
         // synchronous=NORMAL: COMMIT does not fsync; the writer fsyncs the
-        // WAL itself for groups that need it (see writer.rs). Checkpoints
+        // WAL itself for groups that need it (see writer/). Checkpoints
         // still sync the WAL before copying it and the database after. The
-        // writer replaces SQLite's auto-checkpoint with its own (writer.rs).
+        // writer replaces SQLite's auto-checkpoint with its own (writer/).
         writer_connection
             .execute_batch(
                 "PRAGMA journal_mode = WAL;
