@@ -105,18 +105,13 @@ fn summary(store: &str, figures: &Figures, started: Instant) -> String {
     )
 }
 
-async fn no_acknowledged_send_is_lost(store: &str, default_cuts: usize) {
-    if let Some(why) = lineage::cannot_mount() {
-        println!("skipped: {why}");
-        return;
-    }
-    let started = Instant::now();
-    let figures = cut_power(&["--store", store], cuts_wanted(default_cuts), false).await;
-    println!("{}", summary(store, &figures, started));
+/// Fails with the first failures (a `what` is replayed by its seed) unless
+/// there were none, and unless the cuts checked something.
+fn found_nothing(store: &str, figures: &Figures, what: &str) {
     let shown = figures.failures.len().min(40);
     assert!(
         figures.failures.is_empty(),
-        "--store {store}: {} failures (replay a lineage with ACKBOX_SERVE_POWER_CUT_SEED), the \
+        "--store {store}: {} failures (replay a {what} with ACKBOX_SERVE_POWER_CUT_SEED), the \
          first {shown}:\n{}",
         figures.failures.len(),
         figures.failures[..shown].join("\n")
@@ -125,6 +120,17 @@ async fn no_acknowledged_send_is_lost(store: &str, default_cuts: usize) {
         figures.cuts > 0 && figures.acknowledged > 0 && figures.confirmed > 0,
         "the cuts tested nothing"
     );
+}
+
+async fn no_acknowledged_send_is_lost(store: &str, default_cuts: usize) {
+    if let Some(why) = lineage::cannot_mount() {
+        println!("skipped: {why}");
+        return;
+    }
+    let started = Instant::now();
+    let figures = cut_power(&["--store", store], cuts_wanted(default_cuts), false).await;
+    println!("{}", summary(store, &figures, started));
+    found_nothing(store, &figures, "lineage");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -177,18 +183,7 @@ async fn no_acknowledged_send_is_lost_before_a_sync(store: &str, default_cuts: u
         figures.lost,
         started.elapsed()
     );
-    let shown = figures.failures.len().min(40);
-    assert!(
-        figures.failures.is_empty(),
-        "--store {store}: {} failures (replay a run with ACKBOX_SERVE_POWER_CUT_SEED), the \
-         first {shown}:\n{}",
-        figures.failures.len(),
-        figures.failures[..shown].join("\n")
-    );
-    assert!(
-        figures.cuts > 0 && figures.acknowledged > 0 && figures.confirmed > 0,
-        "the cuts tested nothing"
-    );
+    found_nothing(store, &figures, "run");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
