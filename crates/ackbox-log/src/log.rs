@@ -11,6 +11,9 @@
 //! segment can end in a torn frame: [`Log::open`] cuts it there. Anything
 //! invalid in an older segment is damage, and the log refuses to open rather
 //! than silently lose acknowledged records.
+//!
+//! One file though it is long: appending, syncing, recovering and removing
+//! segments make one crash argument, which holds only read together.
 
 use std::collections::BTreeMap;
 use std::io;

@@ -8,6 +8,10 @@
 //! A store applies every mutation atomically and durably before it returns:
 //! when `message_insert_batch` returns `Ok`, the messages survive a crash
 //! (in the default durability mode).
+//!
+//! One file though it is long: the trait and every parameter and outcome
+//! type it names are the seam, read and changed together; the stores'
+//! code is split by resource behind it.
 
 use std::collections::BTreeMap;
 

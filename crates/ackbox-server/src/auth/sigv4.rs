@@ -11,6 +11,9 @@
 //! signs (the CLI, tests) and verifies (the server), and the server's tests
 //! check it against the AWS SDK's own signer.
 //!
+//! One file though it is long: it is one algorithm, and its canonical
+//! request is only checkable read from end to end.
+//!
 //! Everything here is a pure function of the request and the secret, so it
 //! can be fuzzed without a server.
 

@@ -3,6 +3,10 @@
 //! Mutations go through the single writer thread (group commit); reads use
 //! a separate read-only connection so statistics and listings never wait for
 //! a commit. See `docs/storage.md` for the schema and the crash argument.
+//!
+//! Long because it implements the whole `Store` trait, each method a few
+//! lines handing its SQL (in the files by resource beside it) to the writer
+//! or the reader; the tests of opening and refusing a data directory follow.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
