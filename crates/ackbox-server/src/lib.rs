@@ -11,6 +11,7 @@
 //! - [`listener`]: accepting connections, TLS, connection and header limits, [`serve`](listener::serve).
 //! - [`limits`]: sizes, connection counts and timeouts.
 //! - [`tls`]: certificates for HTTPS.
+//! - [`operation`]: the actions by name, target and permission (what the protocols need).
 //! - [`protocol`]: wire protocols (JSON 1.0, query).
 //! - [`action`]: one module per SQS action, and authorization.
 //! - [`auth`]: SigV4 authentication, the credentials file, callers.
@@ -37,6 +38,7 @@ pub mod error;
 pub mod history;
 pub mod limits;
 pub mod listener;
+pub mod operation;
 pub mod protocol;
 pub mod shutdown;
 pub mod telemetry;

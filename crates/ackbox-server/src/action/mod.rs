@@ -10,8 +10,6 @@
 //! action on each of them. A request type that does not say is a compile
 //! error, so no action can be added without deciding what it touches.
 
-use std::str::FromStr;
-
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_core::queue_name::QueueName;
 use ackbox_engine::Engine;
@@ -19,6 +17,7 @@ use axum::response::Response;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+pub use crate::operation::Action;
 use crate::protocol::Parameters;
 
 pub mod batch;
@@ -176,47 +175,13 @@ impl RequestContext {
     }
 }
 
-macro_rules! actions {
+/// Runs each action: decodes the parameters as its request, checks the
+/// caller may run it on what it names, runs it and encodes the response in
+/// the request's protocol.
+macro_rules! dispatch {
     ($($namespace:literal $variant:ident => $module:ident $(as $permission:ident)?),* $(,)?) => {
-        /// Every action this server answers: SQS's own, and ackbox's
-        /// extensions under their own `X-Amz-Target` namespace.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-        pub enum Action {
-            $(
-                #[doc = concat!("`", $namespace, ".", stringify!($variant), "`")]
-                $variant,
-            )*
-        }
-
         impl Action {
-            /// Every action, in the order of the table below.
-            pub const ALL: &'static [Action] = &[$(Self::$variant,)*];
-
-            /// The action's name, without its namespace.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $(Self::$variant => stringify!($variant),)*
-                }
-            }
-
-            /// The whole `X-Amz-Target` value, e.g. `AmazonSQS.SendMessage`.
-            pub fn target(self) -> &'static str {
-                match self {
-                    $(Self::$variant => concat!($namespace, ".", stringify!($variant)),)*
-                }
-            }
-
-            /// The IAM-style permission the action needs: its own name, but
-            /// for batches, which need the permission of their single form.
-            pub fn permission(self) -> &'static str {
-                match self {
-                    $(Self::$variant => actions!(@permission $variant $($permission)?),)*
-                }
-            }
-
-            /// Decodes the parameters as this action's request, checks the
-            /// caller may run it on what it names, runs it and encodes the
-            /// response in the request's protocol.
+            /// Runs the action on `parameters` for `context`'s caller.
             pub async fn run(self, context: &RequestContext, parameters: Parameters) -> Result<Response, ApiError> {
                 let protocol = parameters.protocol();
                 match self {
@@ -229,69 +194,10 @@ macro_rules! actions {
                 }
             }
         }
-
-        /// Parses a whole `X-Amz-Target` value, e.g. `AmazonSQS.SendMessage`.
-        impl FromStr for Action {
-            type Err = SqsError;
-
-            fn from_str(target: &str) -> Result<Self, Self::Err> {
-                match target {
-                    $(concat!($namespace, ".", stringify!($variant)) => Ok(Self::$variant),)*
-                    other => Err(SqsError::new(
-                        ErrorCode::UnknownOperation,
-                        format!(
-                            "X-Amz-Target {other:?} names no action of this endpoint; \
-                             expected AmazonSQS.<Action> or AckBox.<Extension>."
-                        ),
-                    )),
-                }
-            }
-        }
     };
-    (@permission $variant:ident) => { stringify!($variant) };
-    (@permission $variant:ident $permission:ident) => { stringify!($permission) };
 }
 
-impl Action {
-    /// Every distinct permission name, sorted: what a credentials file's
-    /// `allow_actions` may name.
-    pub fn permissions() -> Vec<&'static str> {
-        let mut permissions: Vec<&'static str> =
-            Self::ALL.iter().map(|action| action.permission()).collect();
-        permissions.sort_unstable();
-        permissions.dedup();
-        permissions
-    }
-}
-
-actions! {
-    "AmazonSQS" CreateQueue => create_queue,
-    "AmazonSQS" GetQueueUrl => get_queue_url,
-    "AmazonSQS" ListQueues => list_queues,
-    "AmazonSQS" DeleteQueue => delete_queue,
-    "AmazonSQS" GetQueueAttributes => get_queue_attributes,
-    "AmazonSQS" SetQueueAttributes => set_queue_attributes,
-    "AmazonSQS" TagQueue => tag_queue,
-    "AmazonSQS" UntagQueue => untag_queue,
-    "AmazonSQS" ListQueueTags => list_queue_tags,
-    "AmazonSQS" ListDeadLetterSourceQueues => list_dead_letter_source_queues,
-    "AmazonSQS" SendMessage => send_message,
-    "AmazonSQS" SendMessageBatch => send_message_batch as SendMessage,
-    "AmazonSQS" ReceiveMessage => receive_message,
-    "AmazonSQS" DeleteMessage => delete_message,
-    "AmazonSQS" DeleteMessageBatch => delete_message_batch as DeleteMessage,
-    "AmazonSQS" ChangeMessageVisibility => change_message_visibility,
-    "AmazonSQS" ChangeMessageVisibilityBatch => change_message_visibility_batch as ChangeMessageVisibility,
-    "AmazonSQS" PurgeQueue => purge_queue,
-    "AmazonSQS" StartMessageMoveTask => start_message_move_task,
-    "AmazonSQS" ListMessageMoveTasks => list_message_move_tasks,
-    "AmazonSQS" CancelMessageMoveTask => cancel_message_move_task,
-    "AckBox" NackMessage => nack_message,
-    "AckBox" PeekMessages => peek_messages,
-    "AckBox" ListMoveTaskHistory => list_move_task_history,
-    "AckBox" SummarizeQueue => summarize_queue,
-    "AckBox" ResumeMessageMoveTask => resume_message_move_task,
-}
+crate::operation::every_action!(dispatch);
 
 /// Implements [`Resources`] for requests that name one queue by `QueueUrl`.
 macro_rules! by_queue_url {

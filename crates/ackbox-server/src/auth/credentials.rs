@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::action::Action;
+use crate::operation::Action;
 
 /// The shortest secret accepted: a secret must not be guessable.
 pub const MIN_SECRET_CHARS: usize = 16;

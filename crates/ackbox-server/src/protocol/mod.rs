@@ -10,8 +10,8 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::action::Action;
 use crate::error::ApiError;
+use crate::operation::Action;
 
 pub mod json;
 pub mod query;

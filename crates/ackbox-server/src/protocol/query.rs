@@ -23,8 +23,8 @@ use serde_json::Value;
 
 use ackbox_core::error::{ErrorCode, SqsError};
 
-use crate::action::Action;
 use crate::error::ApiError;
+use crate::operation::Action;
 
 /// The namespace of every query-protocol response.
 pub const XML_NAMESPACE: &str = "http://queue.amazonaws.com/doc/2012-11-05/";

@@ -1,0 +1,120 @@
+//! The actions this server answers, by name: SQS's own and ackbox's
+//! extensions, each with its `X-Amz-Target` and the permission it needs.
+//! What each one does is `action/`'s; the wire protocols need only the
+//! names, so they depend on this module and not on the handlers.
+
+use std::str::FromStr;
+
+use ackbox_core::error::{ErrorCode, SqsError};
+
+/// Calls `$callback!` with every action: its namespace, its name, the
+/// module of `action/` that handles it and, for batches, the permission of
+/// their single form. The one list of actions.
+macro_rules! every_action {
+    ($callback:ident) => {
+        $callback! {
+            "AmazonSQS" CreateQueue => create_queue,
+            "AmazonSQS" GetQueueUrl => get_queue_url,
+            "AmazonSQS" ListQueues => list_queues,
+            "AmazonSQS" DeleteQueue => delete_queue,
+            "AmazonSQS" GetQueueAttributes => get_queue_attributes,
+            "AmazonSQS" SetQueueAttributes => set_queue_attributes,
+            "AmazonSQS" TagQueue => tag_queue,
+            "AmazonSQS" UntagQueue => untag_queue,
+            "AmazonSQS" ListQueueTags => list_queue_tags,
+            "AmazonSQS" ListDeadLetterSourceQueues => list_dead_letter_source_queues,
+            "AmazonSQS" SendMessage => send_message,
+            "AmazonSQS" SendMessageBatch => send_message_batch as SendMessage,
+            "AmazonSQS" ReceiveMessage => receive_message,
+            "AmazonSQS" DeleteMessage => delete_message,
+            "AmazonSQS" DeleteMessageBatch => delete_message_batch as DeleteMessage,
+            "AmazonSQS" ChangeMessageVisibility => change_message_visibility,
+            "AmazonSQS" ChangeMessageVisibilityBatch => change_message_visibility_batch as ChangeMessageVisibility,
+            "AmazonSQS" PurgeQueue => purge_queue,
+            "AmazonSQS" StartMessageMoveTask => start_message_move_task,
+            "AmazonSQS" ListMessageMoveTasks => list_message_move_tasks,
+            "AmazonSQS" CancelMessageMoveTask => cancel_message_move_task,
+            "AckBox" NackMessage => nack_message,
+            "AckBox" PeekMessages => peek_messages,
+            "AckBox" ListMoveTaskHistory => list_move_task_history,
+            "AckBox" SummarizeQueue => summarize_queue,
+            "AckBox" ResumeMessageMoveTask => resume_message_move_task,
+        }
+    };
+}
+pub(crate) use every_action;
+
+macro_rules! define_actions {
+    ($($namespace:literal $variant:ident => $module:ident $(as $permission:ident)?),* $(,)?) => {
+        /// Every action this server answers: SQS's own, and ackbox's
+        /// extensions under their own `X-Amz-Target` namespace.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Action {
+            $(
+                #[doc = concat!("`", $namespace, ".", stringify!($variant), "`")]
+                $variant,
+            )*
+        }
+
+        impl Action {
+            /// Every action, in the order of the list.
+            pub const ALL: &'static [Action] = &[$(Self::$variant,)*];
+
+            /// The action's name, without its namespace.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Self::$variant => stringify!($variant),)*
+                }
+            }
+
+            /// The whole `X-Amz-Target` value, e.g. `AmazonSQS.SendMessage`.
+            pub fn target(self) -> &'static str {
+                match self {
+                    $(Self::$variant => concat!($namespace, ".", stringify!($variant)),)*
+                }
+            }
+
+            /// The IAM-style permission the action needs: its own name, but
+            /// for batches, which need the permission of their single form.
+            pub fn permission(self) -> &'static str {
+                match self {
+                    $(Self::$variant => define_actions!(@permission $variant $($permission)?),)*
+                }
+            }
+        }
+
+        /// Parses a whole `X-Amz-Target` value, e.g. `AmazonSQS.SendMessage`.
+        impl FromStr for Action {
+            type Err = SqsError;
+
+            fn from_str(target: &str) -> Result<Self, Self::Err> {
+                match target {
+                    $(concat!($namespace, ".", stringify!($variant)) => Ok(Self::$variant),)*
+                    other => Err(SqsError::new(
+                        ErrorCode::UnknownOperation,
+                        format!(
+                            "X-Amz-Target {other:?} names no action of this endpoint; \
+                             expected AmazonSQS.<Action> or AckBox.<Extension>."
+                        ),
+                    )),
+                }
+            }
+        }
+    };
+    (@permission $variant:ident) => { stringify!($variant) };
+    (@permission $variant:ident $permission:ident) => { stringify!($permission) };
+}
+
+every_action!(define_actions);
+
+impl Action {
+    /// Every distinct permission name, sorted: what a credentials file's
+    /// `allow_actions` may name.
+    pub fn permissions() -> Vec<&'static str> {
+        let mut permissions: Vec<&'static str> =
+            Self::ALL.iter().map(|action| action.permission()).collect();
+        permissions.sort_unstable();
+        permissions.dedup();
+        permissions
+    }
+}
