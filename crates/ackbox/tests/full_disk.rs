@@ -260,3 +260,136 @@ async fn the_default_store_refuses_sends_on_a_full_disk_until_it_has_room() {
 async fn the_log_store_refuses_sends_on_a_full_disk_until_it_has_room() {
     a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room("log").await;
 }
+
+/// Fills what is left of `disk` with a file of its own, as another program
+/// on the same filesystem would; the file, to be removed later.
+fn fill_from_outside(disk: &SmallDisk) -> PathBuf {
+    use std::io::Write;
+    let path = disk.path().join("someone-else");
+    let mut file = std::fs::File::create(&path).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    while file.write_all(&chunk).is_ok() {}
+    // What is left of the last chunk, page by page.
+    while file.write_all(&chunk[..4_096]).is_ok() {}
+    path
+}
+
+/// Another program fills the disk: the first write to meet it may be a
+/// receive, not a send. The store must give its reserve up then too, so
+/// that receives and deletes go on while sends wait for room.
+async fn a_disk_filled_by_another_program_still_takes_receives_and_deletes(store: &str) {
+    const SENT: usize = 20;
+    let Some(disk) = SmallDisk::mount("6m") else {
+        return;
+    };
+    let server = ServerProcess::start(
+        BINARY.as_ref(),
+        &disk.path().join("data"),
+        free_port(),
+        &["--store", store, "--disk-reserve-mib", "3"],
+    );
+    let endpoint = server.url();
+    let (status, created) = sqs(&endpoint, "CreateQueue", json!({"QueueName": "q"})).await;
+    assert_eq!(status, 200, "{created}");
+    let queue_url = created["QueueUrl"].as_str().unwrap().to_owned();
+    for index in 0..SENT {
+        let body = format!("m{index}");
+        let (status, answer) = sqs(
+            &endpoint,
+            "SendMessage",
+            json!({"QueueUrl": queue_url, "MessageBody": body}),
+        )
+        .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    let filler = fill_from_outside(&disk);
+    // Receives that give their leases straight back write a record each
+    // time, until one meets the full disk; the next ones must go through.
+    let mut refused = 0;
+    let mut taken_after_refusal = false;
+    for _ in 0..500 {
+        let (status, answer) = sqs(
+            &endpoint,
+            "ReceiveMessage",
+            json!({"QueueUrl": queue_url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 0}),
+        )
+        .await;
+        match status {
+            200 if refused > 0 => {
+                taken_after_refusal = true;
+                break;
+            }
+            200 => {}
+            503 => {
+                refused += 1;
+                assert!(
+                    refused <= 3,
+                    "--store {store}: receives stay refused on a disk another program filled: \
+                     {answer}"
+                );
+            }
+            _ => panic!("--store {store}: a receive on a full disk: {status} {answer}"),
+        }
+    }
+    assert!(
+        taken_after_refusal,
+        "--store {store}: the receives never met the full disk"
+    );
+    let mut deleted = 0;
+    while deleted < SENT {
+        let (status, answer) = sqs(
+            &endpoint,
+            "ReceiveMessage",
+            json!({"QueueUrl": queue_url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 60}),
+        )
+        .await;
+        assert_eq!(status, 200, "--store {store}: {answer}");
+        let messages = answer["Messages"].as_array().cloned().unwrap_or_default();
+        assert!(
+            !messages.is_empty(),
+            "--store {store}: {deleted} of {SENT} found"
+        );
+        for message in messages {
+            let (status, answer) = sqs(
+                &endpoint,
+                "DeleteMessage",
+                json!({"QueueUrl": queue_url, "ReceiptHandle": message["ReceiptHandle"]}),
+            )
+            .await;
+            assert_eq!(
+                status, 200,
+                "--store {store}: a delete on a full disk: {answer}"
+            );
+            deleted += 1;
+        }
+    }
+    std::fs::remove_file(filler).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, answer) = sqs(
+            &endpoint,
+            "SendMessage",
+            json!({"QueueUrl": queue_url, "MessageBody": "room again"}),
+        )
+        .await;
+        if status == 200 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "--store {store}: sends did not resume once the other file was gone: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(server);
+}
+
+#[tokio::test]
+async fn the_default_store_takes_receives_on_a_disk_another_program_filled() {
+    a_disk_filled_by_another_program_still_takes_receives_and_deletes("sqlite").await;
+}
+
+#[tokio::test]
+async fn the_log_store_takes_receives_on_a_disk_another_program_filled() {
+    a_disk_filled_by_another_program_still_takes_receives_and_deletes("log").await;
+}

@@ -153,6 +153,20 @@ impl LogStore {
         self.sqlite.reserve_disk(bytes)
     }
 
+    /// How a failed log write is reported; a full disk, whichever write met
+    /// it first, also gives the reserve up, so that receives and deletes
+    /// (a few dozen bytes each) go on while sends are refused.
+    fn write_error(&self, operation: &'static str) -> impl Fn(QueuesError) -> StoreError + '_ {
+        move |source| {
+            let error = log_error(operation)(source);
+            if matches!(error, StoreError::DiskFull { .. }) {
+                self.log_full.store(true, Ordering::Release);
+                self.sqlite.release_reserve();
+            }
+            error
+        }
+    }
+
     /// Refuses a data directory whose log still holds messages, before the
     /// SQLite store is opened there alone (`--store sqlite`): it would not
     /// see them. The ledger is rebuilt from the log as the log store's start
@@ -316,7 +330,7 @@ impl LogStore {
                     }
                 },
             )
-            .map_err(log_error("move_task_step"))?;
+            .map_err(self.write_error("move_task_step"))?;
         // Moves first, progress second: see the module's documentation.
         self.durable(step.lsn).await?;
         let moved = step.moved.len() as i64;
@@ -564,7 +578,7 @@ impl Store for LogStore {
         let purge = self
             .queues
             .purge(log_queue(queue_id), at_once)
-            .map_err(log_error("queue_purge"))?;
+            .map_err(self.write_error("queue_purge"))?;
         self.durable(purge.lsn).await?;
         Ok(QueuePurgeOutcome::Purged {
             deleted: purge.deleted,
@@ -619,15 +633,10 @@ impl Store for LogStore {
                 outgoing(message)
             })
             .collect();
-        let sent = self
+        let (seqs, lsn) = self
             .queues
             .send(queue, outgoing)
-            .map_err(log_error("message_insert_batch"));
-        if matches!(sent, Err(StoreError::DiskFull { .. })) {
-            self.log_full.store(true, Ordering::Release);
-            self.sqlite.release_reserve();
-        }
-        let (seqs, lsn) = sent?;
+            .map_err(self.write_error("message_insert_batch"))?;
         let inserted = message_ids
             .into_iter()
             .zip(seqs)
@@ -661,7 +670,7 @@ impl Store for LogStore {
         let received = self
             .queues
             .receive(queue, params.now, &request)
-            .map_err(log_error("message_receive"))?;
+            .map_err(self.write_error("message_receive"))?;
         let next_visible_at = if received.deliveries.is_empty() {
             self.queues
                 .inspect(|ledger| ledger.next_visible_at(queue, params.now))
@@ -691,7 +700,7 @@ impl Store for LogStore {
         let outcomes = self
             .queues
             .delete(log_queue(params.queue_id), &leases, params.now)
-            .map_err(log_error("message_delete_batch"))?;
+            .map_err(self.write_error("message_delete_batch"))?;
         Ok(outcomes
             .into_iter()
             .map(|outcome| match outcome {
@@ -722,7 +731,7 @@ impl Store for LogStore {
                         change.visible_at,
                         params.now,
                     )
-                    .map_err(log_error("message_change_visibility_batch"))?;
+                    .map_err(self.write_error("message_change_visibility_batch"))?;
                 Ok(match outcome {
                     VisibilityChanged::Changed => ChangeVisibilityOutcome::Changed,
                     VisibilityChanged::NotAvailable => ChangeVisibilityOutcome::NotAvailable,
@@ -749,7 +758,7 @@ impl Store for LogStore {
         let outcome = self
             .queues
             .nack(queue, lease_of(&params.lease), params.now, &nack)
-            .map_err(log_error("message_nack"))?;
+            .map_err(self.write_error("message_nack"))?;
         // Durable: a recorded failure reason is what an operator reads in
         // the dead-letter queue, and a move to it must not be undone.
         self.durable(self.queues.commit().appended()).await?;
@@ -809,7 +818,7 @@ impl Store for LogStore {
         }
         self.queues
             .peek(log_queue(params.queue_id), params.limit as usize)
-            .map_err(log_error("message_peek"))?
+            .map_err(self.write_error("message_peek"))?
             .into_iter()
             .map(stored)
             .collect()
@@ -894,7 +903,7 @@ impl Store for LogStore {
                 params.expired_at_or_before,
                 params.limit as usize,
             )
-            .map_err(log_error("message_expire"))?;
+            .map_err(self.write_error("message_expire"))?;
         Ok(expired)
     }
 
@@ -914,7 +923,7 @@ impl Store for LogStore {
                     .and_then(|id| live.get(&id))
                     .is_some_and(|kind| kind.live)
             })
-            .map_err(log_error("message_sweep_left_behind"))?;
+            .map_err(self.write_error("message_sweep_left_behind"))?;
         if swept > 0 {
             return Ok(swept);
         }
