@@ -95,6 +95,55 @@ async fn disk_full_gauge(endpoint: &str) -> String {
         .to_owned()
 }
 
+async fn send(endpoint: &str, queue_url: &str, body: &str) -> (u16, Value) {
+    sqs(
+        endpoint,
+        "SendMessage",
+        json!({"QueueUrl": queue_url, "MessageBody": body}),
+    )
+    .await
+}
+
+async fn receive(endpoint: &str, queue_url: &str, visibility_seconds: u32) -> (u16, Value) {
+    sqs(
+        endpoint,
+        "ReceiveMessage",
+        json!({"QueueUrl": queue_url, "MaxNumberOfMessages": 10, "VisibilityTimeout": visibility_seconds}),
+    )
+    .await
+}
+
+/// Deletes `message`, which must be answered 200 though the disk is full.
+async fn delete_on_full_disk(store: &str, endpoint: &str, queue_url: &str, message: &Value) {
+    let (status, answer) = sqs(
+        endpoint,
+        "DeleteMessage",
+        json!({"QueueUrl": queue_url, "ReceiptHandle": message["ReceiptHandle"]}),
+    )
+    .await;
+    assert_eq!(
+        status, 200,
+        "--store {store}: a delete on a full disk: {answer}"
+    );
+}
+
+/// Sends `body` until it is taken, within 10 s: the store takes its
+/// reserve back at most once a second, without a restart.
+async fn send_once_there_is_room(store: &str, endpoint: &str, queue_url: &str, body: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, answer) = send(endpoint, queue_url, body).await;
+        if status == 200 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "--store {store}: sends did not resume without a restart: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room(store: &str) {
     let Some(disk) = SmallDisk::mount("6m") else {
         return;
@@ -115,12 +164,7 @@ async fn a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room(st
     let refusal = loop {
         let body = format!("{}-{filler}", acknowledged.len());
         let started = Instant::now();
-        let (status, answer) = sqs(
-            &endpoint,
-            "SendMessage",
-            json!({"QueueUrl": queue_url, "MessageBody": body}),
-        )
-        .await;
+        let (status, answer) = send(&endpoint, &queue_url, &body).await;
         assert!(
             started.elapsed() < Duration::from_secs(10),
             "a send on a full disk hung"
@@ -149,12 +193,7 @@ async fn a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room(st
 
     // The reserve went to the store: receives, visibility changes and
     // deletes, which write too, go on while sends are refused.
-    let (status, answer) = sqs(
-        &endpoint,
-        "ReceiveMessage",
-        json!({"QueueUrl": queue_url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 30}),
-    )
-    .await;
+    let (status, answer) = receive(&endpoint, &queue_url, 30).await;
     assert_eq!(
         status, 200,
         "--store {store}: a receive on a full disk: {answer}"
@@ -162,16 +201,7 @@ async fn a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room(st
     let leased = answer["Messages"].as_array().cloned().unwrap_or_default();
     assert_eq!(leased.len(), 10, "{answer}");
     for message in &leased[..5] {
-        let (status, answer) = sqs(
-            &endpoint,
-            "DeleteMessage",
-            json!({"QueueUrl": queue_url, "ReceiptHandle": message["ReceiptHandle"]}),
-        )
-        .await;
-        assert_eq!(
-            status, 200,
-            "--store {store}: a delete on a full disk: {answer}"
-        );
+        delete_on_full_disk(store, &endpoint, &queue_url, message).await;
         let body = message["Body"].as_str().unwrap();
         acknowledged.retain(|sent| sent != body);
     }
@@ -187,12 +217,7 @@ async fn a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room(st
             "--store {store}: a visibility change on a full disk: {answer}"
         );
     }
-    let (status, _) = sqs(
-        &endpoint,
-        "SendMessage",
-        json!({"QueueUrl": queue_url, "MessageBody": "still full"}),
-    )
-    .await;
+    let (status, _) = send(&endpoint, &queue_url, "still full").await;
     assert_eq!(
         status, 503,
         "--store {store}: a send while the reserve is given away"
@@ -200,36 +225,14 @@ async fn a_full_disk_refuses_sends_with_service_unavailable_until_it_has_room(st
 
     disk.resize("64m");
     let after = format!("{}-after", acknowledged.len());
-    // A refused send takes the reserve back at most once a second.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (status, answer) = sqs(
-            &endpoint,
-            "SendMessage",
-            json!({"QueueUrl": queue_url, "MessageBody": after}),
-        )
-        .await;
-        if status == 200 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "--store {store}: sends did not resume without a restart: {answer}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    send_once_there_is_room(store, &endpoint, &queue_url, &after).await;
     acknowledged.push(after);
     assert_eq!(healthz(&endpoint).await.0, 200);
     assert_eq!(disk_full_gauge(&endpoint).await, "ackbox_store_disk_full 0");
 
     let mut received = Vec::new();
     for _ in 0..100 {
-        let (status, answer) = sqs(
-            &endpoint,
-            "ReceiveMessage",
-            json!({"QueueUrl": queue_url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 300}),
-        )
-        .await;
+        let (status, answer) = receive(&endpoint, &queue_url, 300).await;
         assert_eq!(status, 200, "{answer}");
         let Some(messages) = answer["Messages"].as_array().filter(|m| !m.is_empty()) else {
             break;
@@ -293,13 +296,7 @@ async fn a_disk_filled_by_another_program_still_takes_receives_and_deletes(store
     assert_eq!(status, 200, "{created}");
     let queue_url = created["QueueUrl"].as_str().unwrap().to_owned();
     for index in 0..SENT {
-        let body = format!("m{index}");
-        let (status, answer) = sqs(
-            &endpoint,
-            "SendMessage",
-            json!({"QueueUrl": queue_url, "MessageBody": body}),
-        )
-        .await;
+        let (status, answer) = send(&endpoint, &queue_url, &format!("m{index}")).await;
         assert_eq!(status, 200, "{answer}");
     }
     let filler = fill_from_outside(&disk);
@@ -308,12 +305,7 @@ async fn a_disk_filled_by_another_program_still_takes_receives_and_deletes(store
     let mut refused = 0;
     let mut taken_after_refusal = false;
     for _ in 0..500 {
-        let (status, answer) = sqs(
-            &endpoint,
-            "ReceiveMessage",
-            json!({"QueueUrl": queue_url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 0}),
-        )
-        .await;
+        let (status, answer) = receive(&endpoint, &queue_url, 0).await;
         match status {
             200 if refused > 0 => {
                 taken_after_refusal = true;
@@ -337,50 +329,20 @@ async fn a_disk_filled_by_another_program_still_takes_receives_and_deletes(store
     );
     let mut deleted = 0;
     while deleted < SENT {
-        let (status, answer) = sqs(
-            &endpoint,
-            "ReceiveMessage",
-            json!({"QueueUrl": queue_url, "MaxNumberOfMessages": 10, "VisibilityTimeout": 60}),
-        )
-        .await;
+        let (status, answer) = receive(&endpoint, &queue_url, 60).await;
         assert_eq!(status, 200, "--store {store}: {answer}");
         let messages = answer["Messages"].as_array().cloned().unwrap_or_default();
         assert!(
             !messages.is_empty(),
             "--store {store}: {deleted} of {SENT} found"
         );
-        for message in messages {
-            let (status, answer) = sqs(
-                &endpoint,
-                "DeleteMessage",
-                json!({"QueueUrl": queue_url, "ReceiptHandle": message["ReceiptHandle"]}),
-            )
-            .await;
-            assert_eq!(
-                status, 200,
-                "--store {store}: a delete on a full disk: {answer}"
-            );
+        for message in &messages {
+            delete_on_full_disk(store, &endpoint, &queue_url, message).await;
             deleted += 1;
         }
     }
     std::fs::remove_file(filler).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (status, answer) = sqs(
-            &endpoint,
-            "SendMessage",
-            json!({"QueueUrl": queue_url, "MessageBody": "room again"}),
-        )
-        .await;
-        if status == 200 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "--store {store}: sends did not resume once the other file was gone: {answer}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    send_once_there_is_room(store, &endpoint, &queue_url, "room again").await;
     drop(server);
 }
 
