@@ -4,6 +4,9 @@
 //! request, seals and opens receipt handles, and wakes long pollers. It holds
 //! no state the store does not also hold, apart from caches and notifiers that
 //! a restart rebuilds.
+//!
+//! One file though it is long: every action's validation, clock reading and
+//! handle sealing follow one pattern over the store, read best side by side.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

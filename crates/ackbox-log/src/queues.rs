@@ -14,6 +14,10 @@
 //! Move tasks' steps are here; their progress (the cursor, the counts) is
 //! the caller's to keep, as is the thread that runs compaction (the log
 //! store's, in `ackbox-engine`).
+//!
+//! One file though it is long: each operation decides, appends and applies
+//! under the same lock, and that order is the crash argument; split, it would
+//! have to be read across files to be checked.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -18,6 +18,9 @@
 //!   step makes its moves durable first, then records its progress, so a
 //!   crash between the two moves nothing twice (the moved messages are no
 //!   longer in the dead-letter queue) and only the task's count falls short.
+//!
+//! Long because it implements the whole `Store` trait over two stores, each
+//! method a few lines choosing the log or SQLite by the queue's kind.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
