@@ -26,6 +26,7 @@ pub mod log;
 mod move_step;
 mod open;
 pub mod postgres;
+mod relocation;
 pub mod sqlite;
 
 pub use open::{EmbeddedStore, OpenedStore, StoreConfig, open};

@@ -6,9 +6,10 @@ use sqlx::{PgConnection, PgPool, Row};
 
 use super::database_error::postgres_error;
 use super::message::lock_lease;
-use super::relocate::{Relocation, relocate};
+use super::relocate::relocate;
 use super::rows::queue_exists;
 use crate::store::move_step::{self, StepEnd};
+use crate::store::relocation::Relocation;
 use crate::store::{
     MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord,
     MoveTaskStepOutcome, MoveTaskStepParams, StoreError,
@@ -282,14 +283,7 @@ pub(super) async fn move_task_step(
         relocate(
             connection,
             candidate.seq,
-            &Relocation {
-                queue_id: destination,
-                visible_at: params.now,
-                dead_letter_source_arn: None,
-                reset_receives: true,
-                redriven_by_task: Some(&params.handle),
-                sent_at: None,
-            },
+            &Relocation::redrive(destination, &params.handle, params.now),
         )
         .await?;
         outcome.moved += 1;

@@ -7,17 +7,8 @@ use super::database_error::postgres_error;
 use super::fifo::{self, TouchedGroups};
 use super::notify::announce_messages;
 use super::rows::{queue_kind, queue_kind_for_arrival};
+use crate::store::relocation::Relocation;
 use crate::store::{DeadLetterTarget, StoreError};
-
-/// Where [`relocate`] puts a message.
-pub(super) struct Relocation<'a> {
-    pub(super) queue_id: i64,
-    pub(super) visible_at: i64,
-    pub(super) dead_letter_source_arn: Option<&'a str>,
-    pub(super) reset_receives: bool,
-    pub(super) redriven_by_task: Option<&'a str>,
-    pub(super) sent_at: Option<i64>,
-}
 
 /// Moves a message to another queue under a new sequence number, so no
 /// receipt handle issued before the move can act on it again. The caller
@@ -84,14 +75,7 @@ pub(super) async fn move_to_dead_letter_queue(
     relocate(
         connection,
         seq,
-        &Relocation {
-            queue_id: target.queue_id,
-            visible_at: now,
-            dead_letter_source_arn: Some(&target.source_arn),
-            reset_receives: false,
-            redriven_by_task: None,
-            sent_at: fifo_target.then_some(now),
-        },
+        &Relocation::dead_letter(target, fifo_target, now),
     )
     .await?;
     // Inside the transaction: it commits on the lease pool, which does not

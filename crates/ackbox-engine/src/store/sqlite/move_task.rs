@@ -4,9 +4,10 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::database_error::database_error;
-use super::relocate::{Relocation, relocate};
+use super::relocate::relocate;
 use super::rows::{ensure_queue_exists, queue_exists};
 use crate::store::move_step::{self, StepEnd};
+use crate::store::relocation::Relocation;
 use crate::store::{
     MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskRecord, MoveTaskStepOutcome,
     MoveTaskStepParams, StoreError,
@@ -205,14 +206,7 @@ pub(crate) fn move_task_step(
         relocate(
             connection,
             candidate.seq,
-            &Relocation {
-                queue_id: destination,
-                visible_at: params.now,
-                dead_letter_source_arn: None,
-                reset_receives: true,
-                redriven_by_task: Some(&params.handle),
-                sent_at: None,
-            },
+            &Relocation::redrive(destination, &params.handle, params.now),
         )?;
         outcome.moved += 1;
         if !outcome.destinations.contains(&destination) {

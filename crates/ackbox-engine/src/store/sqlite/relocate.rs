@@ -5,21 +5,8 @@ use rusqlite::{Connection, params};
 
 use super::database_error::database_error;
 use super::fifo::{self, TouchedGroups};
+use crate::store::relocation::Relocation;
 use crate::store::{DeadLetterTarget, StoreError};
-
-/// Where [`relocate`] puts a message.
-pub(super) struct Relocation<'a> {
-    pub(super) queue_id: i64,
-    pub(super) visible_at: i64,
-    /// Recorded as `DeadLetterQueueSourceArn`; `None` clears it.
-    pub(super) dead_letter_source_arn: Option<&'a str>,
-    /// A redriven message starts its receives over.
-    pub(super) reset_receives: bool,
-    /// The move task redriving it; `None` keeps what the message had.
-    pub(super) redriven_by_task: Option<&'a str>,
-    /// Restarts its retention clock (a FIFO dead-letter queue does, as on SQS).
-    pub(super) sent_at: Option<i64>,
-}
 
 /// Moves a message to another queue under a new sequence number, in the
 /// caller's transaction: it is in exactly one queue at every instant, and
@@ -85,13 +72,6 @@ pub(super) fn move_to_dead_letter_queue(
     relocate(
         connection,
         seq,
-        &Relocation {
-            queue_id: target.queue_id,
-            visible_at: now,
-            dead_letter_source_arn: Some(&target.source_arn),
-            reset_receives: false,
-            redriven_by_task: None,
-            sent_at: fifo_target.then_some(now),
-        },
+        &Relocation::dead_letter(target, fifo_target, now),
     )
 }
