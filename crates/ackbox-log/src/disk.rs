@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 #[cfg(feature = "disk-model")]
 pub mod model;
+#[cfg(feature = "disk-model")]
+pub mod power_cut;
 
 /// A filesystem as the log uses it.
 pub trait Disk: Send + Sync + std::fmt::Debug + 'static {

@@ -23,6 +23,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::power_cut::{Change, SplitMix, surviving_content, surviving_entries};
 use super::{Disk, DiskFile};
 
 /// `ENOSPC`, as the kernel reports a full disk.
@@ -74,49 +75,6 @@ struct Inode {
     durable: Vec<u8>,
     /// What changed since the last sync, in order.
     since_sync: Vec<Change>,
-}
-
-#[derive(Debug, Clone)]
-enum Change {
-    Write { offset: u64, bytes: Vec<u8> },
-    SetLen(u64),
-}
-
-impl Change {
-    fn apply(&self, content: &mut Vec<u8>) {
-        match self {
-            Self::Write { offset, bytes } => write_into(content, *offset, bytes),
-            Self::SetLen(len) => content.resize(*len as usize, 0),
-        }
-    }
-}
-
-fn write_into(content: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
-    let end = offset as usize + bytes.len();
-    if content.len() < end {
-        content.resize(end, 0);
-    }
-    content[offset as usize..end].copy_from_slice(bytes);
-}
-
-/// A small deterministic generator, so a failing cut can be replayed from
-/// its seed.
-#[derive(Debug, Clone)]
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..=bound`.
-    fn up_to(&mut self, bound: u64) -> u64 {
-        self.next() % (bound + 1)
-    }
 }
 
 fn split(path: &Path) -> io::Result<(&Path, String)> {
@@ -219,7 +177,7 @@ fn cut(state: &State, seed: u64) -> State {
         let Some(directory) = state.dirs.get(&dir) else {
             continue;
         };
-        let entries = surviving_entries(directory, &mut rng);
+        let entries = surviving_entries(&directory.durable, &directory.current, &mut rng);
         for (name, entry) in &entries {
             match entry {
                 Entry::Dir => pending.push(dir.join(name)),
@@ -230,7 +188,7 @@ fn cut(state: &State, seed: u64) -> State {
                     let Some(file) = state.inodes.get(inode) else {
                         continue;
                     };
-                    let content = survivor(file, &mut rng);
+                    let content = surviving_content(&file.durable, &file.since_sync, &mut rng);
                     after.inodes.insert(
                         *inode,
                         Inode {
@@ -251,56 +209,6 @@ fn cut(state: &State, seed: u64) -> State {
         );
     }
     after
-}
-
-/// What of `directory` a power cut leaves: its entries as of its last sync,
-/// and each change made since (an entry created, removed or replaced) kept
-/// or lost independently — the filesystem owes nothing for an unsynced
-/// directory, not even the order of its changes.
-fn surviving_entries(directory: &Directory, rng: &mut SplitMix) -> BTreeMap<String, Entry> {
-    let mut entries = directory.durable.clone();
-    let names: std::collections::BTreeSet<&String> = directory
-        .durable
-        .keys()
-        .chain(directory.current.keys())
-        .collect();
-    for name in names {
-        let (durable, current) = (directory.durable.get(name), directory.current.get(name));
-        if durable == current || rng.up_to(1) == 0 {
-            continue;
-        }
-        match current {
-            Some(entry) => entries.insert(name.clone(), *entry),
-            None => entries.remove(name),
-        };
-    }
-    entries
-}
-
-/// What of `file` a power cut leaves: its durable content, then none, all,
-/// or a prefix of the changes since its last sync, the last one possibly
-/// torn.
-fn survivor(file: &Inode, rng: &mut SplitMix) -> Vec<u8> {
-    let mut content = file.durable.clone();
-    let changes = &file.since_sync;
-    if changes.is_empty() {
-        return content;
-    }
-    let kept = match rng.up_to(3) {
-        0 => 0,
-        1 => changes.len(),
-        _ => rng.up_to(changes.len() as u64) as usize,
-    };
-    for change in &changes[..kept] {
-        change.apply(&mut content);
-    }
-    if let Some(Change::Write { offset, bytes }) = changes.get(kept)
-        && rng.up_to(1) == 1
-    {
-        let torn = rng.up_to(bytes.len() as u64) as usize;
-        write_into(&mut content, *offset, &bytes[..torn]);
-    }
-    content
 }
 
 impl State {

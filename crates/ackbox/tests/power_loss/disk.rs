@@ -6,15 +6,16 @@
 //! What a file holds is durable only up to its last sync (`fsync` or
 //! `fdatasync`); an entry created, removed or renamed in a directory is
 //! durable only once that directory is synced. [`Disk::power_cut`] returns
-//! the disk as a cut at that instant could leave it, chosen by a seed: every
-//! directory as of its last sync, each entry changed since kept or lost on
-//! its own; every file as of its last sync plus none, all or a prefix of
-//! what was written to it since, the last write of that prefix possibly
-//! torn at any byte. A directory whose own entry did not survive is gone,
-//! and everything in it; a file removed but not synced away may be back.
+//! the disk as a cut at that instant could leave it, chosen by a seed, by
+//! the rules both models share (`ackbox_log::disk::power_cut`). A directory
+//! whose own entry did not survive is gone, and everything in it; a file
+//! removed but not synced away may be back.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::{OsStr, OsString};
+
+pub(crate) use ackbox_log::disk::power_cut::SplitMix;
+use ackbox_log::disk::power_cut::{Change, surviving_content, surviving_entries};
 
 /// An inode number, as the kernel knows it.
 pub(crate) type Ino = u64;
@@ -86,58 +87,6 @@ struct Directory {
     /// The entries as of the directory's last sync.
     durable: BTreeMap<OsString, Ino>,
     mode: u16,
-}
-
-#[derive(Debug, Clone)]
-enum Change {
-    Write { offset: u64, bytes: Vec<u8> },
-    SetLen(u64),
-}
-
-impl Change {
-    fn apply(&self, content: &mut Vec<u8>) {
-        match self {
-            Self::Write { offset, bytes } => write_into(content, *offset, bytes),
-            Self::SetLen(len) => content.resize(to_usize(*len), 0),
-        }
-    }
-}
-
-fn to_usize(value: u64) -> usize {
-    usize::try_from(value).expect("a size this machine can hold")
-}
-
-fn write_into(content: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
-    let start = to_usize(offset);
-    let end = start + bytes.len();
-    if content.len() < end {
-        content.resize(end, 0);
-    }
-    content[start..end].copy_from_slice(bytes);
-}
-
-/// A small deterministic generator, so that a cut replays from its seed.
-#[derive(Debug, Clone)]
-pub(crate) struct SplitMix(pub(crate) u64);
-
-impl SplitMix {
-    pub(crate) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..=bound`.
-    pub(crate) fn up_to(&mut self, bound: u64) -> u64 {
-        self.next() % (bound + 1)
-    }
-
-    /// True once in `times`.
-    pub(crate) fn one_in(&mut self, times: u64) -> bool {
-        self.next().is_multiple_of(times)
-    }
 }
 
 impl Default for Disk {
@@ -300,7 +249,7 @@ impl Disk {
 
     pub(crate) fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<&[u8], Refusal> {
         let content = &self.file(ino)?.current;
-        let start = to_usize(offset).min(content.len());
+        let start = usize::try_from(offset).map_or(content.len(), |start| start.min(content.len()));
         let end = (start + size as usize).min(content.len());
         Ok(&content[start..end])
     }
@@ -371,7 +320,7 @@ impl Disk {
             let Some(Node::Directory(directory)) = self.nodes.get(&ino) else {
                 continue;
             };
-            let mut entries = surviving_entries(directory, &mut rng);
+            let mut entries = surviving_entries(&directory.durable, &directory.current, &mut rng);
             entries.retain(|_, child| match self.nodes.get(child) {
                 // A directory is reached through one entry at most (a rename
                 // half kept could show it twice); a file may be reached
@@ -385,7 +334,7 @@ impl Disk {
                 }
                 Some(Node::File(file)) => {
                     if !after.nodes.contains_key(child) {
-                        let content = survivor(file, &mut rng);
+                        let content = surviving_content(&file.durable, &file.since_sync, &mut rng);
                         after.nodes.insert(
                             *child,
                             Node::File(File {
@@ -439,56 +388,6 @@ impl Disk {
             Node::Directory(_) => Err(Refusal::IsADirectory),
         }
     }
-}
-
-/// What of `directory` a power cut leaves: its entries as of its last sync,
-/// and each change made since (an entry created, removed or replaced) kept
-/// or lost independently — the filesystem owes nothing for an unsynced
-/// directory, not even the order of its changes.
-fn surviving_entries(directory: &Directory, rng: &mut SplitMix) -> BTreeMap<OsString, Ino> {
-    let mut entries = directory.durable.clone();
-    let names: BTreeSet<&OsString> = directory
-        .durable
-        .keys()
-        .chain(directory.current.keys())
-        .collect();
-    for name in names {
-        let (durable, current) = (directory.durable.get(name), directory.current.get(name));
-        if durable == current || rng.one_in(2) {
-            continue;
-        }
-        match current {
-            Some(ino) => entries.insert(name.clone(), *ino),
-            None => entries.remove(name),
-        };
-    }
-    entries
-}
-
-/// What of `file` a power cut leaves: its durable content, then none, all,
-/// or a prefix of the changes since its last sync, the last one possibly
-/// torn.
-fn survivor(file: &File, rng: &mut SplitMix) -> Vec<u8> {
-    let mut content = file.durable.clone();
-    let changes = &file.since_sync;
-    if changes.is_empty() {
-        return content;
-    }
-    let kept = match rng.up_to(3) {
-        0 => 0,
-        1 => changes.len(),
-        _ => to_usize(rng.up_to(changes.len() as u64)),
-    };
-    for change in &changes[..kept] {
-        change.apply(&mut content);
-    }
-    if let Some(Change::Write { offset, bytes }) = changes.get(kept)
-        && rng.one_in(2)
-    {
-        let torn = to_usize(rng.up_to(bytes.len() as u64));
-        write_into(&mut content, *offset, &bytes[..torn]);
-    }
-    content
 }
 
 #[cfg(test)]

@@ -139,7 +139,7 @@ impl Cycle {
             context: format!("seed {seed}, cycle {number}"),
             first,
             restart_first: !first && rng.one_in(4),
-            cut_seed: rng.next(),
+            cut_seed: rng.next_u64(),
             plan,
             moment,
         }

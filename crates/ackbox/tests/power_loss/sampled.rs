@@ -62,7 +62,7 @@ impl Reservoir {
         };
         let cut = Cut {
             sync: self.seen,
-            disk: disk.power_cut(self.rng.next()),
+            disk: disk.power_cut(self.rng.next_u64()),
             ledger: ledger
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -82,7 +82,7 @@ pub(crate) async fn run(seed: u64, server_args: &[String], cuts: usize, figures:
     let plan = Plan::draw(&mut rng, format!("r{seed}"), false);
     let ledger: SharedLedger = Arc::default();
     let reservoir = Arc::new(Mutex::new(Reservoir {
-        rng: SplitMix(rng.next()),
+        rng: SplitMix(rng.next_u64()),
         seen: 0,
         capacity: cuts,
         kept: Vec::new(),

@@ -80,7 +80,7 @@ impl Plan {
         Self {
             label,
             senders,
-            seed: rng.next(),
+            seed: rng.next_u64(),
         }
     }
 
@@ -176,7 +176,7 @@ pub(crate) fn start(endpoint: &str, plan: &Plan, ledger: &SharedLedger) -> Runni
                 queue: format!("{}{}", plan.label, style.queue_suffix()),
                 style,
                 budget,
-                rng: SplitMix(rng.next()),
+                rng: SplitMix(rng.next_u64()),
             };
             tokio::spawn(sender.run())
         })
@@ -185,7 +185,7 @@ pub(crate) fn start(endpoint: &str, plan: &Plan, ledger: &SharedLedger) -> Runni
         endpoint: endpoint.to_owned(),
         ledger: Arc::clone(ledger),
         shared: Arc::clone(&shared),
-        rng: SplitMix(rng.next()),
+        rng: SplitMix(rng.next_u64()),
     };
     Running {
         senders,
