@@ -233,3 +233,85 @@ pub async fn visibility_changes_need_the_current_running_lease(fixture: Fixture)
         .unwrap();
     assert_eq!(gone, [ChangeVisibilityOutcome::NotAvailable]);
 }
+
+/// Sends of several sizes, to several queues at once, one of them deleted:
+/// each send's messages are stored under the sequence numbers it reports,
+/// in its order, and only the sends to the deleted queue fail. A store that
+/// gathers concurrent sends into one statement must hand each its own.
+pub async fn concurrent_sends_each_get_their_own_sequence_numbers(fixture: Fixture) {
+    let store = Arc::clone(&fixture.store);
+    let queues = [
+        create(store.as_ref(), "a", T0).await,
+        create(store.as_ref(), "b", T0).await,
+        create(store.as_ref(), "gone", T0).await,
+    ];
+    assert!(
+        store
+            .queue_delete(QueueDeleteParams {
+                queue_id: queues[2],
+                now: T0,
+            })
+            .await
+            .unwrap()
+    );
+    let mut sends = tokio::task::JoinSet::new();
+    for send in 0..48usize {
+        let store = Arc::clone(&store);
+        let queue_id = queues[send % 3];
+        let bodies: Vec<String> = (0..=send % 10)
+            .map(|index| format!("q{queue_id}-s{send}-m{index}"))
+            .collect();
+        sends.spawn(async move {
+            let messages = bodies.iter().map(|body| message(body, T0, T0)).collect();
+            let inserted = store
+                .message_insert_batch(MessageInsertParams {
+                    queue_id,
+                    messages,
+                    deduplication_window_start: T0 - DEDUP_WINDOW_MS,
+                })
+                .await;
+            (queue_id, bodies, inserted)
+        });
+    }
+    let mut stored_by_send = Vec::new();
+    while let Some(joined) = sends.join_next().await {
+        let (queue_id, bodies, inserted) = joined.unwrap();
+        if queue_id == queues[2] {
+            assert!(
+                matches!(inserted, Err(StoreError::QueueNotFound { .. })),
+                "a send to a deleted queue: {inserted:?}"
+            );
+            continue;
+        }
+        let inserted = inserted.unwrap();
+        let seqs: Vec<i64> = inserted.iter().map(|inserted| inserted.seq).collect();
+        assert!(
+            seqs.windows(2).all(|pair| pair[0] < pair[1]),
+            "a batch's sequence numbers follow its order: {seqs:?}"
+        );
+        stored_by_send.push((queue_id, bodies, seqs));
+    }
+    let mut bodies_by_seq = BTreeMap::new();
+    for queue_id in &queues[..2] {
+        for stored in store
+            .message_peek(MessagePeekParams {
+                queue_id: *queue_id,
+                limit: 1_000,
+            })
+            .await
+            .unwrap()
+        {
+            bodies_by_seq.insert(stored.seq, stored.body);
+        }
+    }
+    let sent: usize = stored_by_send
+        .iter()
+        .map(|(_, bodies, _)| bodies.len())
+        .sum();
+    assert_eq!(bodies_by_seq.len(), sent, "every message stored once");
+    for (_, bodies, seqs) in &stored_by_send {
+        for (body, seq) in bodies.iter().zip(seqs) {
+            assert_eq!(bodies_by_seq.get(seq), Some(body), "sequence number {seq}");
+        }
+    }
+}

@@ -17,11 +17,11 @@ use std::sync::Arc;
 use ackbox_engine::store::{
     ChangeVisibilityOutcome, DeadLetterTarget, Deduplication, DeleteOutcome, InsertedMessage,
     LeaseRef, MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams,
-    MessageInsertParams, MessageReceiveParams, MoveDestination, MoveFilter, MoveTaskCreateOutcome,
-    MoveTaskCreateParams, MoveTaskFilter, MoveTaskStepParams, NewMessage, QueueCreateOutcome,
-    QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueStats,
-    QueueStatsParams, QueueUpdateParams, ReceiveAttempt, ReceiveOutcome, Store, StoreEvent,
-    StoredMessage, VisibilityChange,
+    MessageInsertParams, MessagePeekParams, MessageReceiveParams, MoveDestination, MoveFilter,
+    MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter, MoveTaskStepParams, NewMessage,
+    QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams,
+    QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveAttempt, ReceiveOutcome, Store,
+    StoreError, StoreEvent, StoredMessage, VisibilityChange,
 };
 
 mod fifo;
@@ -217,6 +217,7 @@ macro_rules! store_conformance {
             queue_updates_persist,
             receive_leases_oldest_first_and_counts_receives,
             a_batch_stores_each_message_under_the_sequence_number_it_reports,
+            concurrent_sends_each_get_their_own_sequence_numbers,
             a_zero_lease_never_returns_a_message_twice_in_one_receive,
             a_zero_lease_beside_a_dead_letter_move_returns_each_message_once,
             expired_messages_are_dropped_not_delivered,

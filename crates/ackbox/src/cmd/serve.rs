@@ -52,7 +52,9 @@ pub(crate) struct Args {
     /// Where queues and messages live: `sqlite` (the embedded store in
     /// `--data-dir`), `log` (standard queues' messages in an append-only
     /// log in `--data-dir`, the rest in SQLite beside it) or a
-    /// `postgres://` URL shared by several ackbox nodes.
+    /// `postgres://` URL shared by several ackbox nodes; list a primary's
+    /// replicas after it (`postgres://u@db1:5432,db2:5432/db`) to follow a
+    /// failover.
     #[arg(long, env = "ACKBOX_STORE", default_value = "sqlite")]
     store: String,
     /// With a PostgreSQL store: most connections this node opens (at least 3: one listens, half of the rest commit leases and deletes).

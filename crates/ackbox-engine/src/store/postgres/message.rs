@@ -11,10 +11,11 @@ use super::relocate::move_to_dead_letter_queue;
 use super::rows::{
     message_columns, message_from_row, queue_exists, queue_kind, queue_kind_for_arrival,
 };
+use super::send_group::insert_standard;
 use crate::store::{
     ChangeVisibilityOutcome, DeleteOutcome, FailureClassCount, InsertedMessage,
     MessageChangeVisibilityParams, MessageDeleteParams, MessageInsertParams, MessageNackParams,
-    MessagePeekParams, NackOutcome, StoreError, StoredMessage, to_json,
+    MessagePeekParams, NackOutcome, StoreError, StoredMessage,
 };
 
 pub(super) async fn message_insert_batch(
@@ -30,78 +31,6 @@ pub(super) async fn message_insert_batch(
         return insert_standard(connection, params).await;
     }
     fifo::insert_batch(connection, params).await
-}
-
-/// A standard queue's batch in one statement, which also holds the queue's
-/// row against a concurrent DeleteQueue: alone it is a whole transaction
-/// (one round trip). Sequence numbers follow the batch's order, as the
-/// insert follows `position`. The caller announces the arrival once the
-/// statement has committed.
-pub(super) async fn insert_standard(
-    executor: impl sqlx::PgExecutor<'_>,
-    params: &MessageInsertParams,
-) -> Result<Vec<InsertedMessage>, StoreError> {
-    let messages = &params.messages;
-    let column = |pick: fn(&crate::store::NewMessage) -> Option<String>| -> Vec<Option<String>> {
-        messages.iter().map(pick).collect()
-    };
-    let mut seqs: Vec<i64> = sqlx::query_scalar(
-        "WITH queue AS (SELECT id FROM queues WHERE id = $1 FOR KEY SHARE),
-         inserted AS (
-             INSERT INTO messages (queue_id, message_id, body, attributes, md5_of_body,
-                 md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at)
-             SELECT queue.id, message_id, body, attributes, md5_of_body, md5_of_attributes,
-                 trace_header, group_id, sender_id, sent_at, visible_at
-             FROM queue, UNNEST($2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
-                         $7::text[], $8::text[], $9::text[], $10::bigint[], $11::bigint[])
-                 WITH ORDINALITY AS batch(message_id, body, attributes, md5_of_body,
-                     md5_of_attributes, trace_header, group_id, sender_id, sent_at, visible_at,
-                     position)
-             ORDER BY position
-             RETURNING seq)
-         SELECT seq FROM inserted",
-    )
-    .bind(params.queue_id)
-    .bind(column(|message| Some(message.message_id.clone())))
-    .bind(column(|message| Some(message.body.clone())))
-    .bind(column(|message| {
-        (!message.attributes.is_empty()).then(|| to_json(&message.attributes))
-    }))
-    .bind(column(|message| Some(message.md5_of_body.clone())))
-    .bind(column(|message| message.md5_of_attributes.clone()))
-    .bind(column(|message| message.trace_header.clone()))
-    .bind(column(|message| message.group_id.clone()))
-    .bind(column(|message| Some(message.sender_id.clone())))
-    .bind(
-        messages
-            .iter()
-            .map(|message| message.sent_at)
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        messages
-            .iter()
-            .map(|message| message.visible_at)
-            .collect::<Vec<_>>(),
-    )
-    .fetch_all(executor)
-    .await
-    .map_err(postgres_error("message_insert_batch: insert"))?;
-    if seqs.len() != messages.len() {
-        return Err(StoreError::QueueNotFound {
-            queue_id: params.queue_id,
-        });
-    }
-    seqs.sort_unstable();
-    Ok(messages
-        .iter()
-        .zip(seqs)
-        .map(|(message, seq)| InsertedMessage {
-            seq,
-            message_id: message.message_id.clone(),
-            duplicate: false,
-        })
-        .collect())
 }
 
 pub(super) async fn message_delete_batch(

@@ -11,8 +11,13 @@
 //! - every mutation of a FIFO queue holds a transaction-scoped advisory lock
 //!   on that queue, so its groups change one transaction at a time, as the
 //!   embedded store's single writer guarantees;
-//! - a send holds a key-share lock on its queue's row, so a concurrent
-//!   DeleteQueue waits for it and never leaves a message behind.
+//! - a standard queue's send locks nothing but the rows it inserts, and
+//!   shares its statement and commit with the other sends waiting on this
+//!   node (`send_group.rs`): one that races a DeleteQueue may land after
+//!   it, and the sweep of what deleted queues left
+//!   (`message_sweep_left_behind`) drops it with the rest of that queue's
+//!   messages. A row lock on the queue would be written to the WAL by every
+//!   send and, with several sends at once, turned into a multixact.
 //!
 //! Sends, queue changes and move tasks commit with `synchronous_commit`
 //! on: PostgreSQL has flushed them to disk before the client hears of them.
@@ -21,6 +26,12 @@
 //! an fsync of their own: losing the last of them in a database crash only
 //! delivers a message again, which at-least-once delivery allows, and the
 //! next durable commit flushes them all (the WAL is one sequence).
+//!
+//! With a synchronous replica (`synchronous_standby_names`), a durable
+//! commit is on two servers before the client hears of it. The store URL may
+//! list the replicas after the primary; when the primary fails and one is
+//! promoted, the store moves its connections there (`primary.rs`), and
+//! requests fail as unavailable until it has.
 //!
 //! PostgreSQL may abort a transaction that conflicts with another (a
 //! deadlock); the store runs it again. `LISTEN`/`NOTIFY` tells every node
@@ -54,15 +65,19 @@ mod message;
 mod migrate;
 mod move_task;
 mod notify;
+mod primary;
 mod queue;
 mod receive;
 mod relocate;
 mod rows;
+mod send_group;
 mod sweep;
 
 use announce::Announcer;
 use database_error::postgres_error;
+use primary::{Hosts, LastMove, Watched};
 use receive::AtOnce;
+use send_group::SendGroups;
 
 /// The channel that carries "messages may be receivable in queue N".
 const MESSAGES_CHANNEL: &str = "ackbox_messages";
@@ -76,7 +91,10 @@ const MAX_CONFLICT_RETRIES: u32 = 8;
 /// How to reach the database.
 #[derive(Debug, Clone)]
 pub struct PostgresOptions {
-    /// `postgres://user@host:port/database` (any libpq-style URL sqlx accepts).
+    /// `postgres://user@host:port/database` (any libpq-style URL sqlx
+    /// accepts), or with several `host:port`s separated by commas: a primary
+    /// and the replicas that may be promoted in its place. The store uses the
+    /// one that takes writes and follows a failover.
     pub url: String,
     /// Most connections this node opens (at least 3): one listens for the
     /// other nodes' changes, half of the rest commit leases and deletes.
@@ -105,6 +123,8 @@ pub struct PostgresStore {
     /// Commits that may be lost in a crash at the cost of a redelivery:
     /// leases, deletes, visibility changes, nacks.
     lease_pool: PgPool,
+    /// Gathers concurrent sends to standard queues into shared commits.
+    sends: SendGroups,
     /// Tells the other nodes which queues received messages.
     announcer: Arc<Announcer>,
     /// Identifies this node as a move task's lease holder.
@@ -129,22 +149,41 @@ impl PostgresStore {
                 ),
             });
         }
-        let connect_options: PgConnectOptions = options
-            .url
-            .parse()
-            .map_err(postgres_error("parse the store URL"))?;
+        let hosts = Hosts::parse(&options.url)?;
+        let primary = hosts.find_writable().await?;
+        let last_move = LastMove::new();
         // One durable connection is the listener's for good; the rest are
         // shared out evenly.
         let connections = options.max_connections.max(3);
         let lease_connections = (connections - 1) / 2;
-        let pool = pool_options(options, connections - lease_connections)
-            .connect_with(connect_options.clone())
+        let pool = pool_options(options, connections - lease_connections, &last_move)
+            .connect_with(primary.clone())
             .await
             .map_err(postgres_error("connect"))?;
-        let lease_pool = pool_options(options, lease_connections)
-            .connect_with(connect_options.options([("synchronous_commit", "off")]))
+        let lease_pool = pool_options(options, lease_connections, &last_move)
+            .connect_with(lease_session(primary.clone()))
             .await
             .map_err(postgres_error("connect"))?;
+        let stop = CancellationToken::new();
+        if hosts.several() {
+            let pools = vec![
+                Watched {
+                    pool: pool.clone(),
+                    configure: std::convert::identity,
+                },
+                Watched {
+                    pool: lease_pool.clone(),
+                    configure: lease_session,
+                },
+            ];
+            tokio::spawn(primary::watch(
+                hosts,
+                primary,
+                pools,
+                last_move,
+                stop.clone(),
+            ));
+        }
         if let Some(schema) = &options.schema {
             let created = sqlx::query(sqlx::AssertSqlSafe(format!(
                 "CREATE SCHEMA IF NOT EXISTS {schema}"
@@ -159,7 +198,6 @@ impl PostgresStore {
         }
         migrate::migrate(&pool).await?;
         let (events, _) = broadcast::channel(EVENT_BACKLOG);
-        let stop = CancellationToken::new();
         let mut listener = PgListener::connect_with(&pool)
             .await
             .map_err(postgres_error("listen: connect"))?;
@@ -174,6 +212,7 @@ impl PostgresStore {
             async move { announcer.run(pool, stop).await }
         });
         Ok(Self {
+            sends: SendGroups::start(pool.clone(), stop.clone()),
             pool,
             lease_pool,
             announcer,
@@ -242,12 +281,27 @@ impl PostgresStore {
     }
 }
 
+/// The lease pool's sessions: commits that may be lost in a crash.
+fn lease_session(options: PgConnectOptions) -> PgConnectOptions {
+    options.options([("synchronous_commit", "off")])
+}
+
 /// A pool of `connections` whose sessions use the configured schema (a
-/// plain identifier, checked by [`PostgresStore::connect`]).
-fn pool_options(options: &PostgresOptions, connections: u32) -> PgPoolOptions {
+/// plain identifier, checked by [`PostgresStore::connect`]) and lead to the
+/// current primary.
+fn pool_options(
+    options: &PostgresOptions,
+    connections: u32,
+    last_move: &LastMove,
+) -> PgPoolOptions {
+    let last_move = last_move.clone();
     let pool_options = PgPoolOptions::new()
         .max_connections(connections)
-        .acquire_timeout(Duration::from_secs(10));
+        .acquire_timeout(Duration::from_secs(10))
+        .before_acquire(move |_, connection| {
+            let current = last_move.is_current(connection.age);
+            Box::pin(async move { Ok(current) })
+        });
     let Some(schema) = &options.schema else {
         return pool_options;
     };
@@ -413,16 +467,17 @@ impl Store for PostgresStore {
         &self,
         params: MessageInsertParams,
     ) -> Result<Vec<InsertedMessage>, StoreError> {
-        // The common case is one statement, hence its own transaction.
-        let inserted = if self.is_standard(params.queue_id).await? {
-            message::insert_standard(&self.pool, &params).await?
+        let queue_id = params.queue_id;
+        // The common case: one statement, shared with other sends.
+        let inserted = if self.is_standard(queue_id).await? {
+            self.sends.insert(params).await?
         } else {
             in_transaction!(self.pool, "message_insert_batch", |connection| {
                 message::message_insert_batch(connection, &params)
             })?
         };
         if inserted.iter().any(|message| !message.duplicate) {
-            self.announcer.announce(params.queue_id);
+            self.announcer.announce(queue_id);
         }
         Ok(inserted)
     }
