@@ -24,10 +24,22 @@ const VISIBILITY_TIMEOUT: &str = "VisibilityTimeout";
 /// Settable attributes recorded and echoed without engine semantics.
 const PASSTHROUGH: [&str; 4] = [
     "Policy",
-    "KmsMasterKeyId",
-    "KmsDataKeyReusePeriodSeconds",
-    "SqsManagedSseEnabled",
+    KMS_MASTER_KEY_ID,
+    KMS_DATA_KEY_REUSE_PERIOD_SECONDS,
+    SQS_MANAGED_SSE_ENABLED,
 ];
+
+/// Encryption at rest, as AWS names it. ackbox's store is the operator's
+/// disk; these are validated and echoed so that clients and tools that set
+/// them (CloudFormation, Terraform) see what AWS would show. A queue
+/// without a KMS key reports SQS-managed encryption on, as new queues on
+/// AWS do; one with a key reports it off and the key's reuse period
+/// (default 300 s). Ranges from the SQS API reference.
+const KMS_MASTER_KEY_ID: &str = "KmsMasterKeyId";
+const KMS_DATA_KEY_REUSE_PERIOD_SECONDS: &str = "KmsDataKeyReusePeriodSeconds";
+const SQS_MANAGED_SSE_ENABLED: &str = "SqsManagedSseEnabled";
+const KMS_DATA_KEY_REUSE_PERIOD_RANGE: (i64, i64) = (60, 86_400);
+const DEFAULT_KMS_DATA_KEY_REUSE_PERIOD_SECONDS: &str = "300";
 
 /// Dead-letter policies, as JSON strings.
 const REDRIVE_POLICY: &str = "RedrivePolicy";
@@ -197,7 +209,49 @@ impl QueueAttributes {
         for (name, value) in attributes {
             self.apply_one(name, value)?;
         }
+        self.forget_encryption_defaults();
         self.validate_combination()
+    }
+
+    /// Encryption settings equal to what [`Self::to_map`] reports anyway
+    /// are not kept, so that a queue reads back equal to itself.
+    fn forget_encryption_defaults(&mut self) {
+        let defaults = Self {
+            passthrough: self
+                .passthrough
+                .iter()
+                .filter(|(name, _)| name.as_str() == KMS_MASTER_KEY_ID)
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect(),
+            ..Self::for_kind(false)
+        }
+        .to_map();
+        for name in [SQS_MANAGED_SSE_ENABLED, KMS_DATA_KEY_REUSE_PERIOD_SECONDS] {
+            if self.passthrough.get(name) == defaults.get(name) {
+                self.passthrough.remove(name);
+            }
+        }
+    }
+
+    /// SetQueueAttributes: [`Self::apply`], but a queue's type is given at
+    /// its creation only, and AWS does not know `FifoQueue` afterwards: it
+    /// answers `InvalidAttributeName`, "Unknown Attribute FifoQueue.", as
+    /// infrastructure tools that update queues on AWS record.
+    pub fn change<'a>(
+        &mut self,
+        attributes: impl IntoIterator<Item = (&'a String, &'a String)>,
+    ) -> Result<(), SqsError> {
+        let attributes: Vec<_> = attributes.into_iter().collect();
+        if attributes
+            .iter()
+            .any(|(name, _)| name.as_str() == FIFO_QUEUE)
+        {
+            return Err(SqsError::new(
+                ErrorCode::InvalidAttributeName,
+                format!("Unknown Attribute {FIFO_QUEUE}."),
+            ));
+        }
+        self.apply(attributes)
     }
 
     fn apply_one(&mut self, name: &str, value: &str) -> Result<(), SqsError> {
@@ -224,6 +278,17 @@ impl QueueAttributes {
             VISIBILITY_TIMEOUT => {
                 self.visibility_timeout =
                     parse_ranged(name, value, 0, MAX_VISIBILITY_TIMEOUT_SECONDS)?;
+            }
+            SQS_MANAGED_SSE_ENABLED => {
+                let enabled = parse_bool(name, value)?;
+                self.passthrough
+                    .insert(name.to_owned(), enabled.to_string());
+            }
+            KMS_DATA_KEY_REUSE_PERIOD_SECONDS => {
+                let (min, max) = KMS_DATA_KEY_REUSE_PERIOD_RANGE;
+                let seconds = parse_ranged(name, value, min, max)?;
+                self.passthrough
+                    .insert(name.to_owned(), seconds.to_string());
             }
             passthrough if PASSTHROUGH.contains(&passthrough) => {
                 self.passthrough.insert(name.to_owned(), value.to_owned());
@@ -314,6 +379,15 @@ impl QueueAttributes {
     /// The settable attributes as wire strings, by name.
     pub fn to_map(&self) -> BTreeMap<String, String> {
         let mut map = self.passthrough.clone();
+        let kms_key = map
+            .get(KMS_MASTER_KEY_ID)
+            .is_some_and(|key| !key.is_empty());
+        map.entry(SQS_MANAGED_SSE_ENABLED.to_owned())
+            .or_insert_with(|| (!kms_key).to_string());
+        if kms_key {
+            map.entry(KMS_DATA_KEY_REUSE_PERIOD_SECONDS.to_owned())
+                .or_insert_with(|| DEFAULT_KMS_DATA_KEY_REUSE_PERIOD_SECONDS.to_owned());
+        }
         if let Some(fifo) = &self.fifo {
             map.insert(FIFO_QUEUE.to_owned(), "true".to_owned());
             map.insert(

@@ -35,3 +35,4 @@ pub mod queue_name;
 pub mod receipt;
 pub mod receive_policy;
 pub mod redrive;
+pub mod visibility_change;

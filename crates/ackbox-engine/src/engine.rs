@@ -523,7 +523,7 @@ impl Engine {
         let queue = self.queue(name).await?;
         let current = queue.snapshot();
         let mut updated = current.attributes.clone();
-        updated.apply(attributes)?;
+        updated.change(attributes)?;
         // Only a policy being set is checked: an existing policy whose target
         // has gone stays (receives then move nothing), as on SQS.
         if attributes

@@ -45,9 +45,9 @@ const FIRST_FAILURE_TIMESTAMP: &str = "AckBoxFirstFailureTimestamp";
 const LAST_FAILURE_TIMESTAMP: &str = "AckBoxLastFailureTimestamp";
 const LAST_RECEIVE_TIMESTAMP: &str = "AckBoxLastReceiveTimestamp";
 
-/// System attributes a receive may ask for.
-const SYSTEM_ATTRIBUTE_NAMES: [&str; 16] = [
-    "All",
+/// The system attributes AWS defines, which `All` returns (the
+/// `MessageSystemAttributeName` enumeration of the SQS API reference).
+const AWS_SYSTEM_ATTRIBUTE_NAMES: [&str; 9] = [
     "SenderId",
     "SentTimestamp",
     "ApproximateReceiveCount",
@@ -57,6 +57,11 @@ const SYSTEM_ATTRIBUTE_NAMES: [&str; 16] = [
     "MessageGroupId",
     "AWSTraceHeader",
     "DeadLetterQueueSourceArn",
+];
+
+/// ackbox's own system attributes: returned only when asked for by name,
+/// so that `All` answers what it answers on AWS.
+pub const ACKBOX_SYSTEM_ATTRIBUTE_NAMES: [&str; 6] = [
     FAILURE_CLASS,
     FAILURE_MESSAGE,
     FAILURE_COUNT,
@@ -237,11 +242,11 @@ impl ReceiveRequest {
         if let Some(attempt_id) = &self.receive_request_attempt_id {
             validate_fifo_token("ReceiveRequestAttemptId", attempt_id)?;
         }
-        if let Some(unknown) = self
-            .system_attribute_names
-            .iter()
-            .find(|name| !SYSTEM_ATTRIBUTE_NAMES.contains(&name.as_str()))
-        {
+        if let Some(unknown) = self.system_attribute_names.iter().find(|name| {
+            name.as_str() != "All"
+                && !AWS_SYSTEM_ATTRIBUTE_NAMES.contains(&name.as_str())
+                && !ACKBOX_SYSTEM_ATTRIBUTE_NAMES.contains(&name.as_str())
+        }) {
             return Err(SqsError::new(
                 ErrorCode::InvalidAttributeName,
                 format!("Unknown Attribute {unknown}."),
@@ -251,20 +256,21 @@ impl ReceiveRequest {
     }
 
     fn wants_system(&self, name: &str) -> bool {
-        self.system_attribute_names
-            .iter()
-            .any(|wanted| wanted == "All" || wanted == name)
+        self.system_attribute_names.iter().any(|wanted| {
+            wanted == name || (wanted == "All" && AWS_SYSTEM_ATTRIBUTE_NAMES.contains(&name))
+        })
     }
 
+    /// `All`, a name, or a prefix followed by `.*`: AWS matches the prefix
+    /// as text, so `Hel.*` takes `Hello` and `Help.Me` (LocalStack's
+    /// AWS-recorded `test_receive_message_message_attribute_names_filters`).
     fn wants_message_attribute(&self, name: &str) -> bool {
         self.message_attribute_names.iter().any(|wanted| {
             wanted == "All"
-                || wanted == ".*"
                 || wanted == name
-                || wanted.strip_suffix(".*").is_some_and(|prefix| {
-                    name.strip_prefix(prefix)
-                        .is_some_and(|rest| rest.starts_with('.'))
-                })
+                || wanted
+                    .strip_suffix(".*")
+                    .is_some_and(|prefix| name.starts_with(prefix))
         })
     }
 }
@@ -482,13 +488,14 @@ mod tests {
     #[test]
     fn message_attribute_filters_match_names_prefixes_and_all() {
         let request = ReceiveRequest {
-            message_attribute_names: vec!["exact".into(), "trace.*".into()],
+            message_attribute_names: vec!["exact".into(), "Hel.*".into()],
             ..ReceiveRequest::default()
         };
         assert!(request.wants_message_attribute("exact"));
-        assert!(request.wants_message_attribute("trace.id"));
-        assert!(!request.wants_message_attribute("tracer"));
-        assert!(!request.wants_message_attribute("other"));
+        assert!(request.wants_message_attribute("Hello"));
+        assert!(request.wants_message_attribute("Help.Me"));
+        assert!(!request.wants_message_attribute("General"));
+        assert!(!request.wants_message_attribute("exactly"));
         let all = ReceiveRequest {
             message_attribute_names: vec![".*".into()],
             ..ReceiveRequest::default()

@@ -105,6 +105,18 @@ async fn existing_queue(
     }
 }
 
+/// Refuses what cannot be a task handle (ackbox's are UUIDs) as AWS
+/// refuses a handle it did not issue: `InvalidParameterValue`, where a
+/// handle of no known task is `ResourceNotFoundException`.
+fn check_task_handle(handle: &str) -> Result<(), SqsError> {
+    if uuid::Uuid::try_parse(handle).is_err() {
+        return Err(SqsError::invalid_value(
+            "Value for parameter TaskHandle is invalid.",
+        ));
+    }
+    Ok(())
+}
+
 fn not_found(parameter: &str) -> SqsError {
     SqsError::new(
         ErrorCode::ResourceNotFoundException,
@@ -231,8 +243,9 @@ impl Engine {
                 self.spawn_move_task(*record);
                 Ok(handle)
             }
-            MoveTaskCreateOutcome::AlreadyRunning => Err(SqsError::new(
-                ErrorCode::UnsupportedOperation,
+            // AWS's code and words (as LocalStack's AWS-validated move task
+            // tests record them).
+            MoveTaskCreateOutcome::AlreadyRunning => Err(SqsError::invalid_value(
                 "There is already a task running. Only one active task is allowed for a source queue arn at a given time.",
             )
             .into()),
@@ -312,6 +325,7 @@ impl Engine {
     /// ResumeMessageMoveTask (ackbox extension): continues a task paused
     /// after its sample; returns the task as it stands.
     pub async fn resume_message_move_task(&self, handle: &str) -> Result<MoveTask, EngineError> {
+        check_task_handle(handle)?;
         let resumed = self.inner.store.move_task_resume(handle).await?;
         let record = resumed.ok_or_else(|| not_found("TaskHandle"))?;
         tracing::info!(task = %handle, moved = record.moved, "message move task resumed");
@@ -321,6 +335,7 @@ impl Engine {
 
     /// CancelMessageMoveTask: stops a running or paused task; returns how many moved.
     pub async fn cancel_message_move_task(&self, handle: &str) -> Result<i64, EngineError> {
+        check_task_handle(handle)?;
         let cancelled = self
             .inner
             .store

@@ -95,6 +95,11 @@ pub(crate) fn system_attributes(trace_header: Option<&str>) -> MessageAttributes
         .collect()
 }
 
+/// What AWS says to a send to a FIFO queue without a group.
+const MISSING_GROUP: &str = "The request must contain the parameter MessageGroupId.";
+/// … and without a deduplication id, where the queue does not derive one.
+const MISSING_DEDUPLICATION_ID: &str = "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly";
+
 impl Engine {
     /// SendMessage: one message, answered once it is durable.
     pub async fn send_message(
@@ -104,7 +109,7 @@ impl Engine {
         sender_id: &str,
     ) -> Result<SentMessage, EngineError> {
         let queue = self.queue(queue_name).await?;
-        let message = self.prepare(&queue, entry, sender_id, Sending::One)?;
+        let message = self.prepare(&queue, entry, sender_id)?;
         let sent = self.insert(&queue, vec![message]).await?;
         Ok(sent
             .into_iter()
@@ -125,6 +130,9 @@ impl Engine {
             .iter()
             .map(|entry| message_size(&entry.body, &entry.attributes))
             .sum();
+        if let Some(fifo) = &queue.snapshot().attributes.fifo {
+            refuse_fifo_batch_without_keys(fifo, &entries)?;
+        }
         if total > MAX_BATCH_PAYLOAD {
             return Err(SqsError::new(
                 ErrorCode::BatchRequestTooLong,
@@ -134,7 +142,7 @@ impl Engine {
         }
         let prepared: Vec<Result<NewMessage, SqsError>> = entries
             .into_iter()
-            .map(|entry| self.prepare(&queue, entry, sender_id, Sending::Batch))
+            .map(|entry| self.prepare(&queue, entry, sender_id))
             .collect();
         let valid: Vec<NewMessage> = prepared
             .iter()
@@ -152,7 +160,6 @@ impl Engine {
         queue: &Queue,
         entry: SendEntry,
         sender_id: &str,
-        sending: Sending,
     ) -> Result<NewMessage, SqsError> {
         let attributes = queue.snapshot().attributes.clone();
         validate_body(&entry.body)?;
@@ -179,7 +186,7 @@ impl Engine {
             Some(fifo) => (
                 // A FIFO queue delays by its own DelaySeconds only.
                 attributes.delay_seconds,
-                Some(fifo_deduplication(fifo, &entry, sending)?),
+                Some(fifo_deduplication(fifo, &entry)?),
             ),
             None => {
                 if let Some(deduplication_id) = &entry.deduplication_id {
@@ -275,22 +282,29 @@ impl Engine {
     }
 }
 
-/// Whether a send is SendMessage or an entry of SendMessageBatch: SQS reports
-/// a missing group differently for each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Sending {
-    One,
-    Batch,
+/// A FIFO batch in which an entry lacks its group, or its deduplication id
+/// where the queue does not derive one, is refused as a whole, as AWS does
+/// (LocalStack's AWS-validated `test_send_batch_missing_message_group_id_for_fifo_queue`
+/// and `test_send_batch_missing_deduplication_id_for_fifo_queue`).
+fn refuse_fifo_batch_without_keys(
+    fifo: &FifoSettings,
+    entries: &[SendEntry],
+) -> Result<(), SqsError> {
+    if entries.iter().any(|entry| entry.group_id.is_none()) {
+        return Err(SqsError::invalid_value(MISSING_GROUP));
+    }
+    if !fifo.content_based_deduplication
+        && entries.iter().any(|entry| entry.deduplication_id.is_none())
+    {
+        return Err(SqsError::invalid_value(MISSING_DEDUPLICATION_ID));
+    }
+    Ok(())
 }
 
 /// The deduplication key of a send to a FIFO queue, after the checks only
 /// FIFO queues make: a group is required, a per-message delay is not allowed,
 /// and a deduplication id must be given unless the queue derives it.
-fn fifo_deduplication(
-    fifo: &FifoSettings,
-    entry: &SendEntry,
-    sending: Sending,
-) -> Result<Deduplication, SqsError> {
+fn fifo_deduplication(fifo: &FifoSettings, entry: &SendEntry) -> Result<Deduplication, SqsError> {
     if let Some(delay) = entry.delay_seconds.filter(|delay| *delay != 0) {
         // SQS's own wording, grammar included.
         return Err(SqsError::invalid_parameter(
@@ -300,11 +314,7 @@ fn fifo_deduplication(
         ));
     }
     let Some(group_id) = &entry.group_id else {
-        let message = "The request must contain the parameter MessageGroupId.";
-        return Err(match sending {
-            Sending::One => SqsError::new(ErrorCode::MissingParameter, message),
-            Sending::Batch => SqsError::invalid_value(message),
-        });
+        return Err(SqsError::new(ErrorCode::MissingParameter, MISSING_GROUP));
     };
     let id = match &entry.deduplication_id {
         Some(id) => {
@@ -312,12 +322,7 @@ fn fifo_deduplication(
             id.clone()
         }
         None if fifo.content_based_deduplication => content_deduplication_id(&entry.body),
-        None => {
-            return Err(SqsError::invalid_value(
-                "The queue should either have ContentBasedDeduplication enabled or \
-                 MessageDeduplicationId provided explicitly",
-            ));
-        }
+        None => return Err(SqsError::invalid_value(MISSING_DEDUPLICATION_ID)),
     };
     let scope = match fifo.deduplication_scope {
         DeduplicationScope::Queue => String::new(),

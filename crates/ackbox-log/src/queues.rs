@@ -23,6 +23,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ackbox_core::receive_policy::{Fate, ReceivePolicy, nack_dead_letters};
+use ackbox_core::visibility_change::{self, VisibilityChange};
 
 use crate::compaction::{self, CompactionPolicy, CompactionReport};
 use crate::disk::{Disk, RealDisk};
@@ -160,12 +161,11 @@ pub enum Deleted {
 /// What a visibility change did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VisibilityChanged {
-    /// The lease now ends at the time asked.
+    /// The lease now ends at the time asked (a lease that had ended while
+    /// nobody received the message again is taken up again).
     Changed,
     /// The message is gone, or was received again under a newer lease.
     NotAvailable,
-    /// The lease had already ended.
-    NotInFlight,
 }
 
 /// What [`StandardQueues::purge`] did.
@@ -464,11 +464,14 @@ impl StandardQueues {
         now: i64,
     ) -> Result<VisibilityChanged, QueuesError> {
         let mut ledger = self.ledger();
-        let outcome = match ledger.message(queue, seq) {
-            Some(state) if state.receive_count != lease => VisibilityChanged::NotAvailable,
-            Some(state) if state.visible_at <= now => VisibilityChanged::NotInFlight,
-            Some(_) => VisibilityChanged::Changed,
-            None => VisibilityChanged::NotAvailable,
+        // The log holds standard queues only.
+        let outcome = match ledger.message(queue, seq).map(|state| {
+            visibility_change::judge(lease, state.receive_count, state.visible_at, now, false)
+        }) {
+            Some(VisibilityChange::Apply) => VisibilityChanged::Changed,
+            Some(VisibilityChange::Stale | VisibilityChange::LeaseEnded) | None => {
+                VisibilityChanged::NotAvailable
+            }
         };
         if outcome == VisibilityChanged::Changed {
             let record = Record::VisibilityChanged {

@@ -354,7 +354,6 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .expect("a visibility change");
                 let expected = match model.find(queue, seq) {
                     Some(m) if m.receive_count != lease => VisibilityChanged::NotAvailable,
-                    Some(m) if m.visible_at <= now => VisibilityChanged::NotInFlight,
                     Some(m) => {
                         m.visible_at = now + visibility_ms;
                         VisibilityChanged::Changed

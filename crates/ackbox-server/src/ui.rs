@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 
 use ackbox_core::queue_name::QueueName;
 use ackbox_engine::Purge;
-use ackbox_engine::receive::ReceiveRequest;
+use ackbox_engine::receive::{ACKBOX_SYSTEM_ATTRIBUTE_NAMES, ReceiveRequest};
 use ackbox_engine::store::MoveFilter;
 use axum::Form;
 use axum::extract::{Extension, Path, Query, State};
@@ -236,7 +236,10 @@ async fn dead_letter_sections(
     }
     body.push_str("</table>");
     let request = ReceiveRequest {
-        system_attribute_names: vec!["All".into()],
+        system_attribute_names: std::iter::once("All")
+            .chain(ACKBOX_SYSTEM_ATTRIBUTE_NAMES)
+            .map(str::to_owned)
+            .collect(),
         ..ReceiveRequest::default()
     };
     body.push_str("<h2>Messages</h2><table><tr><th>id</th><th>body</th><th>failure</th><th class=\"num\">receives</th></tr>");

@@ -131,14 +131,25 @@ async fn a_transient_nack_retries_after_its_delay_and_counts_failures() {
             "attempt {attempt}"
         );
     }
+    // `All` is AWS's set; ackbox's own attributes come when named.
     let all = client
         .receive_message()
         .queue_url(&source)
         .message_system_attribute_names(MessageSystemAttributeName::All)
+        .message_system_attribute_names("AckBoxFailureCount".into())
+        .message_system_attribute_names("AckBoxFailureMessage".into())
+        .message_system_attribute_names("AckBoxFirstFailureTimestamp".into())
         .send()
         .await
         .unwrap();
     let attributes = all.messages()[0].attributes().unwrap();
+    assert!(attributes.contains_key(&MessageSystemAttributeName::SentTimestamp));
+    assert!(
+        !attributes.contains_key(&MessageSystemAttributeName::from(
+            "AckBoxLastReceiveTimestamp"
+        )),
+        "All returned an attribute AWS does not have: {attributes:?}"
+    );
     assert_eq!(
         attributes[&MessageSystemAttributeName::from("AckBoxFailureCount")],
         "2"
@@ -162,7 +173,7 @@ async fn a_transient_nack_retries_after_its_delay_and_counts_failures() {
     let (status, peeked) = call_json(
         &server.url(),
         "AckBox.PeekMessages",
-        &json!({ "QueueUrl": dlq, "MessageSystemAttributeNames": ["All"] }),
+        &json!({ "QueueUrl": dlq, "MessageSystemAttributeNames": ["All", "AckBoxFailureClass", "AckBoxLastReceiveTimestamp"] }),
     )
     .await;
     assert_eq!(status, 200);

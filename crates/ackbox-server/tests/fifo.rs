@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use ackbox_core::clock::ManualClock;
-use ackbox_testkit::client::error_code as code;
+use ackbox_testkit::client::{error_code as code, receive_bodies};
 use ackbox_testkit::server::TestServer;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::ProvideErrorMetadata;
@@ -143,13 +143,10 @@ async fn fifo_attributes_are_validated_echoed_and_fixed_at_creation() {
         .send()
         .await
         .unwrap_err();
-    assert_eq!(
-        type_change.message(),
-        Some(
-            "Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not supported."
-        )
-    );
-    assert_eq!(code(type_change), "InvalidAttributeValue");
+    // A queue's type is given at its creation only; afterwards AWS does not
+    // know the attribute.
+    assert_eq!(type_change.message(), Some("Unknown Attribute FifoQueue."));
+    assert_eq!(code(type_change), "InvalidAttributeName");
 
     let lone_high_throughput = client
         .set_queue_attributes()
@@ -273,37 +270,54 @@ async fn fifo_sends_are_checked_as_sqs_checks_them() {
         assert_eq!(code(error), "InvalidParameterValue");
     }
 
-    let batch = client
-        .send_message_batch()
-        .queue_url(&url)
-        .entries(
-            SendMessageBatchRequestEntry::builder()
-                .id("grouped")
-                .message_body("ok")
-                .message_group_id("g")
-                .message_deduplication_id("batch-ok")
-                .build()
-                .unwrap(),
-        )
-        .entries(
+    // An entry without a group fails the whole batch, as on AWS (LocalStack's
+    // AWS-validated test_send_batch_missing_message_group_id_for_fifo_queue),
+    // and so does one without a deduplication id on a queue that does not
+    // derive one (test_send_batch_missing_deduplication_id_for_fifo_queue).
+    let grouped = SendMessageBatchRequestEntry::builder()
+        .id("grouped")
+        .message_body("ok")
+        .message_group_id("g")
+        .message_deduplication_id("batch-ok")
+        .build()
+        .unwrap();
+    for (missing, expected) in [
+        (
             SendMessageBatchRequestEntry::builder()
                 .id("ungrouped")
                 .message_body("no group")
                 .message_deduplication_id("batch-no-group")
                 .build()
                 .unwrap(),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(batch.successful().len(), 1);
-    assert!(batch.successful()[0].sequence_number().is_some());
-    let failed = &batch.failed()[0];
-    assert_eq!(failed.id(), "ungrouped");
-    assert_eq!(failed.code(), "InvalidParameterValue");
-    assert_eq!(
-        failed.message(),
-        Some("The request must contain the parameter MessageGroupId.")
+            "The request must contain the parameter MessageGroupId.",
+        ),
+        (
+            SendMessageBatchRequestEntry::builder()
+                .id("undeduplicated")
+                .message_body("no deduplication id")
+                .message_group_id("g")
+                .build()
+                .unwrap(),
+            "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided explicitly",
+        ),
+    ] {
+        let error = client
+            .send_message_batch()
+            .queue_url(&url)
+            .entries(grouped.clone())
+            .entries(missing)
+            .send()
+            .await
+            .unwrap_err();
+        let service = error.as_service_error().unwrap();
+        assert_eq!(service.code(), Some("InvalidParameterValue"));
+        assert_eq!(service.message(), Some(expected));
+    }
+    assert!(
+        !receive_bodies(&client, &url)
+            .await
+            .contains(&"ok".to_owned()),
+        "a refused batch stored its valid entry"
     );
 
     let standard = client

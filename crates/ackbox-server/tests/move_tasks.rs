@@ -178,8 +178,8 @@ async fn a_move_task_can_target_another_queue_and_be_cancelled() {
         .unwrap_err();
     assert_eq!(
         code(second),
-        "AWS.SimpleQueueService.UnsupportedOperation",
-        "one task per source"
+        "InvalidParameterValue",
+        "one task per source, refused as AWS refuses it"
     );
     tokio::time::sleep(Duration::from_millis(600)).await;
     let cancelled = client
@@ -311,9 +311,19 @@ async fn bad_move_requests_get_the_aws_errors() {
         .await
         .unwrap_err();
     assert_eq!(code(list_unknown), "ResourceNotFoundException");
+    // What is not a task handle at all is an invalid value; a handle of no
+    // task is not found (LocalStack's AWS-validated
+    // test_cancel_with_invalid_task_handle and its neighbours).
+    let cancel_garbled = client
+        .cancel_message_move_task()
+        .task_handle("foobared")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(code(cancel_garbled), "InvalidParameterValue");
     let cancel_unknown = client
         .cancel_message_move_task()
-        .task_handle("no-such-task")
+        .task_handle("10f57157-fc38-4da9-a113-4de7e12d05aa")
         .send()
         .await
         .unwrap_err();
@@ -465,7 +475,7 @@ async fn a_sampled_task_pauses_for_review_and_resumes() {
         .unwrap_err();
     assert_eq!(
         code(second),
-        "AWS.SimpleQueueService.UnsupportedOperation",
+        "InvalidParameterValue",
         "a paused task still owns its source"
     );
 

@@ -738,7 +738,6 @@ impl Store for LogStore {
                 Ok(match outcome {
                     VisibilityChanged::Changed => ChangeVisibilityOutcome::Changed,
                     VisibilityChanged::NotAvailable => ChangeVisibilityOutcome::NotAvailable,
-                    VisibilityChanged::NotInFlight => ChangeVisibilityOutcome::NotInFlight,
                 })
             })
             .collect()

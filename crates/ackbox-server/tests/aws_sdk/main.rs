@@ -9,6 +9,7 @@ mod dead_letters;
 mod leases;
 mod long_poll;
 mod messages;
+mod parity;
 mod queues;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,7 @@
 //! `ackbox dlq peek|summary`: look into a dead-letter queue without
 //! disturbing it (through `AckBox.PeekMessages`).
 
+use ackbox_engine::receive::ACKBOX_SYSTEM_ATTRIBUTE_NAMES;
 use serde_json::{Value, json};
 
 use crate::api_client::{ApiClient, EndpointArgs};
@@ -39,7 +40,9 @@ async fn peek(client: &ApiClient, queue_url: &str, count: i32) -> anyhow::Result
             &json!({
                 "QueueUrl": queue_url,
                 "MaxNumberOfMessages": count,
-                "MessageSystemAttributeNames": ["All"],
+                "MessageSystemAttributeNames": std::iter::once("All")
+                    .chain(ACKBOX_SYSTEM_ATTRIBUTE_NAMES)
+                    .collect::<Vec<_>>(),
                 "MessageAttributeNames": ["All"],
             }),
         )

@@ -2,6 +2,7 @@
 //! peek.
 
 use ackbox_core::receive_policy::nack_dead_letters;
+use ackbox_core::visibility_change::{self, VisibilityChange};
 use sqlx::{PgConnection, PgPool};
 
 use super::database_error::postgres_error;
@@ -126,21 +127,30 @@ pub(super) async fn message_change_visibility_batch(
     connection: &mut PgConnection,
     params: &MessageChangeVisibilityParams,
 ) -> Result<Vec<ChangeVisibilityOutcome>, StoreError> {
-    if queue_kind(connection, params.queue_id).await? == Some(true) {
+    let fifo = queue_kind(connection, params.queue_id).await? == Some(true);
+    if fifo {
         fifo::lock_queue(connection, params.queue_id).await?;
     }
     let mut touched = TouchedGroups::default();
     let mut outcomes = Vec::with_capacity(params.changes.len());
     let mut made_visible = false;
     for change in &params.changes {
-        let outcome = match lock_lease(connection, params.queue_id, change.lease.seq).await? {
-            Some((receive_count, _, _)) if receive_count != change.lease.lease => {
-                ChangeVisibilityOutcome::NotAvailable
-            }
-            Some((_, visible_at, _)) if visible_at <= params.now => {
-                ChangeVisibilityOutcome::NotInFlight
-            }
-            Some((_, _, group_id)) => {
+        let Some((receive_count, visible_at, group_id)) =
+            lock_lease(connection, params.queue_id, change.lease.seq).await?
+        else {
+            outcomes.push(ChangeVisibilityOutcome::NotAvailable);
+            continue;
+        };
+        let outcome = match visibility_change::judge(
+            change.lease.lease,
+            receive_count,
+            visible_at,
+            params.now,
+            fifo,
+        ) {
+            VisibilityChange::Stale => ChangeVisibilityOutcome::NotAvailable,
+            VisibilityChange::LeaseEnded => ChangeVisibilityOutcome::NotInFlight,
+            VisibilityChange::Apply => {
                 sqlx::query("UPDATE messages SET visible_at = $2 WHERE seq = $1")
                     .bind(change.lease.seq)
                     .bind(change.visible_at)
@@ -151,7 +161,6 @@ pub(super) async fn message_change_visibility_batch(
                 made_visible |= change.visible_at <= params.now;
                 ChangeVisibilityOutcome::Changed
             }
-            None => ChangeVisibilityOutcome::NotAvailable,
         };
         outcomes.push(outcome);
     }

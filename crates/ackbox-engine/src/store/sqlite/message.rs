@@ -2,6 +2,7 @@
 //! writer inside a group commit (never beginning or committing itself).
 
 use ackbox_core::receive_policy::nack_dead_letters;
+use ackbox_core::visibility_change::{self, VisibilityChange};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::database_error::database_error;
@@ -259,6 +260,7 @@ pub(crate) fn message_change_visibility_batch(
     connection: &Connection,
     params: &MessageChangeVisibilityParams,
 ) -> Result<Vec<ChangeVisibilityOutcome>, StoreError> {
+    let fifo = fifo::queue_kind(connection, params.queue_id)? == Some(true);
     let mut lookup = connection
         .prepare_cached(
             "SELECT receive_count, visible_at, group_id FROM messages WHERE seq = ?1 AND queue_id = ?2",
@@ -282,22 +284,28 @@ pub(crate) fn message_change_visibility_batch(
                 })
                 .optional()
                 .map_err(database_error("message_change_visibility_batch: lookup"))?;
-            Ok(match current {
-                Some((receive_count, _, _)) if receive_count != change.lease.lease => {
-                    ChangeVisibilityOutcome::NotAvailable
-                }
-                Some((_, visible_at, _)) if visible_at <= params.now => {
-                    ChangeVisibilityOutcome::NotInFlight
-                }
-                Some((_, _, group_id)) => {
-                    update
-                        .execute(params![change.lease.seq, change.visible_at])
-                        .map_err(database_error("message_change_visibility_batch: update"))?;
-                    touched.touch(params.queue_id, group_id.as_deref());
-                    ChangeVisibilityOutcome::Changed
-                }
-                None => ChangeVisibilityOutcome::NotAvailable,
-            })
+            let Some((receive_count, visible_at, group_id)) = current else {
+                return Ok(ChangeVisibilityOutcome::NotAvailable);
+            };
+            Ok(
+                match visibility_change::judge(
+                    change.lease.lease,
+                    receive_count,
+                    visible_at,
+                    params.now,
+                    fifo,
+                ) {
+                    VisibilityChange::Stale => ChangeVisibilityOutcome::NotAvailable,
+                    VisibilityChange::LeaseEnded => ChangeVisibilityOutcome::NotInFlight,
+                    VisibilityChange::Apply => {
+                        update
+                            .execute(params![change.lease.seq, change.visible_at])
+                            .map_err(database_error("message_change_visibility_batch: update"))?;
+                        touched.touch(params.queue_id, group_id.as_deref());
+                        ChangeVisibilityOutcome::Changed
+                    }
+                },
+            )
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
     touched.refresh(connection)?;
