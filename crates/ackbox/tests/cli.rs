@@ -790,9 +790,15 @@ fn dead_letter_queues_can_be_inspected_and_redriven_from_the_cli() {
         human.contains("by anonymous") && human.contains("COMPLETED"),
         "{human}"
     );
-    let cancel = ackbox(&endpoint, &["redrive", "cancel", "no-such-task"]);
+    let cancel = ackbox(
+        &endpoint,
+        &["redrive", "cancel", "10f57157-fc38-4da9-a113-4de7e12d05aa"],
+    );
     assert!(!cancel.status.success());
     assert!(String::from_utf8_lossy(&cancel.stderr).contains("ResourceNotFoundException"));
+    let garbled = ackbox(&endpoint, &["redrive", "cancel", "no-such-task"]);
+    assert!(!garbled.status.success());
+    assert!(String::from_utf8_lossy(&garbled.stderr).contains("TaskHandle is invalid"));
     let not_a_dlq = ackbox(&endpoint, &["redrive", "start", "--source", "jobs"]);
     assert!(!not_a_dlq.status.success());
     assert!(String::from_utf8_lossy(&not_a_dlq.stderr).contains("Dead Letter Queue"));

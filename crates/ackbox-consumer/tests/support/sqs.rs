@@ -154,6 +154,8 @@ impl SqsBroker {
             .visibility_timeout(0)
             .message_attribute_names("All")
             .message_system_attribute_names(aws_sdk_sqs::types::MessageSystemAttributeName::All)
+            // ackbox's own attributes come only when named.
+            .message_system_attribute_names("AckBoxFailureClass".into())
             .send()
             .await
             .unwrap()

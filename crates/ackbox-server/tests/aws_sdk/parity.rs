@@ -32,6 +32,18 @@ async fn queue_redelivering_at_once(client: &aws_sdk_sqs::Client, name: &str) ->
         .unwrap()
 }
 
+async fn create_fifo_queue(client: &aws_sdk_sqs::Client, name: &str) -> String {
+    client
+        .create_queue()
+        .queue_name(name)
+        .attributes(QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
+}
+
 /// LocalStack `test_receive_message_message_attribute_names_filters`:
 /// `Hel.*` returns `Hello` and `Help.Me`, not `General`.
 #[tokio::test]
@@ -184,15 +196,7 @@ async fn all_queue_attributes_are_the_keys_aws_returns_for_the_queue_kind() {
     );
     assert_eq!(attributes["SqsManagedSseEnabled"], "true");
 
-    let fifo = client
-        .create_queue()
-        .queue_name("plain.fifo")
-        .attributes(QueueAttributeName::FifoQueue, "true")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let fifo = create_fifo_queue(&client, "plain.fifo").await;
     let fifo_keys: BTreeSet<&str> = standard_keys
         .into_iter()
         .chain([
@@ -267,15 +271,7 @@ async fn setting_fifo_queue_on_an_existing_queue_is_an_unknown_attribute() {
     let server = TestServer::builder().start().await;
     let client = server.client();
     let standard = create(&client, "typed").await;
-    let fifo = client
-        .create_queue()
-        .queue_name("typed.fifo")
-        .attributes(QueueAttributeName::FifoQueue, "true")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let fifo = create_fifo_queue(&client, "typed.fifo").await;
     for (url, value) in [(&standard, "true"), (&standard, "false"), (&fifo, "true")] {
         let refused = client
             .set_queue_attributes()
