@@ -40,6 +40,9 @@ const KMS_DATA_KEY_REUSE_PERIOD_SECONDS: &str = "KmsDataKeyReusePeriodSeconds";
 const SQS_MANAGED_SSE_ENABLED: &str = "SqsManagedSseEnabled";
 const KMS_DATA_KEY_REUSE_PERIOD_RANGE: (i64, i64) = (60, 86_400);
 const DEFAULT_KMS_DATA_KEY_REUSE_PERIOD_SECONDS: &str = "300";
+/// The encryption settings a queue reports even when not given them.
+const ENCRYPTION_DEFAULTED: [&str; 2] =
+    [SQS_MANAGED_SSE_ENABLED, KMS_DATA_KEY_REUSE_PERIOD_SECONDS];
 
 /// Dead-letter policies, as JSON strings.
 const REDRIVE_POLICY: &str = "RedrivePolicy";
@@ -216,20 +219,27 @@ impl QueueAttributes {
     /// Encryption settings equal to what [`Self::to_map`] reports anyway
     /// are not kept, so that a queue reads back equal to itself.
     fn forget_encryption_defaults(&mut self) {
-        let defaults = Self {
-            passthrough: self
-                .passthrough
-                .iter()
-                .filter(|(name, _)| name.as_str() == KMS_MASTER_KEY_ID)
-                .map(|(name, value)| (name.clone(), value.clone()))
-                .collect(),
-            ..Self::for_kind(false)
-        }
-        .to_map();
-        for name in [SQS_MANAGED_SSE_ENABLED, KMS_DATA_KEY_REUSE_PERIOD_SECONDS] {
-            if self.passthrough.get(name) == defaults.get(name) {
+        for name in ENCRYPTION_DEFAULTED {
+            if self.passthrough.get(name) == self.encryption_default(name).as_ref() {
                 self.passthrough.remove(name);
             }
+        }
+    }
+
+    /// What a queue reports for an encryption setting it was not given:
+    /// SQS-managed encryption unless it has a KMS key, and with a key the
+    /// key's default reuse period.
+    fn encryption_default(&self, name: &str) -> Option<String> {
+        let kms_key = self
+            .passthrough
+            .get(KMS_MASTER_KEY_ID)
+            .is_some_and(|key| !key.is_empty());
+        match name {
+            SQS_MANAGED_SSE_ENABLED => Some((!kms_key).to_string()),
+            KMS_DATA_KEY_REUSE_PERIOD_SECONDS => {
+                kms_key.then(|| DEFAULT_KMS_DATA_KEY_REUSE_PERIOD_SECONDS.to_owned())
+            }
+            _ => None,
         }
     }
 
@@ -379,14 +389,12 @@ impl QueueAttributes {
     /// The settable attributes as wire strings, by name.
     pub fn to_map(&self) -> BTreeMap<String, String> {
         let mut map = self.passthrough.clone();
-        let kms_key = map
-            .get(KMS_MASTER_KEY_ID)
-            .is_some_and(|key| !key.is_empty());
-        map.entry(SQS_MANAGED_SSE_ENABLED.to_owned())
-            .or_insert_with(|| (!kms_key).to_string());
-        if kms_key {
-            map.entry(KMS_DATA_KEY_REUSE_PERIOD_SECONDS.to_owned())
-                .or_insert_with(|| DEFAULT_KMS_DATA_KEY_REUSE_PERIOD_SECONDS.to_owned());
+        for name in ENCRYPTION_DEFAULTED {
+            if !map.contains_key(name)
+                && let Some(default) = self.encryption_default(name)
+            {
+                map.insert(name.to_owned(), default);
+            }
         }
         if let Some(fifo) = &self.fifo {
             map.insert(FIFO_QUEUE.to_owned(), "true".to_owned());
