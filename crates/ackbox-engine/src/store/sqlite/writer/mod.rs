@@ -466,12 +466,16 @@ impl Writer {
                 _slot: slot,
             });
             // A holder re-checks the queue before releasing: no signal needed.
+            // A due chore (the backstop checkpoint above all) sends the group
+            // to the writer thread: back-to-back submitters would otherwise
+            // take the free role before the woken thread does, every time.
+            let chore_due = queue.chore_at.is_some_and(|at| at <= Instant::now());
             match (queue.role, place) {
-                (Role::Free, Committed::WhereSubmitted) => {
+                (Role::Free, Committed::WhereSubmitted) if !chore_due => {
                     queue.role = Role::Submitter;
                     true
                 }
-                (Role::Free, Committed::OnWriterThread) => {
+                (Role::Free, _) => {
                     queue.role = Role::Thread;
                     self.shared.wake.notify_one();
                     false
