@@ -14,6 +14,7 @@
 //! - [`digest`]: `MD5OfMessageBody` and `MD5OfMessageAttributes`.
 //! - [`receipt`]: sealed receipt handles.
 //! - [`redrive`]: dead-letter policies (`RedrivePolicy`, `RedriveAllowPolicy`).
+//! - [`fair_queue`]: which tenants of a standard queue are noisy, and the order a receive takes them in.
 //! - [`clock`]: [`Clock`](clock::Clock), system and manual.
 //!
 //! # Example
@@ -29,6 +30,7 @@ pub mod attributes;
 pub mod clock;
 pub mod digest;
 pub mod error;
+pub mod fair_queue;
 pub mod limits;
 pub mod message;
 pub mod queue_name;

@@ -16,6 +16,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
+use ackbox_core::fair_queue::FairOrder;
+
 use std::path::Path;
 
 use crate::disk::{Disk, RealDisk};
@@ -88,6 +90,9 @@ struct QueueLedger {
     /// a task's relapse brake counts its messages back in the dead-letter
     /// queue.
     redriven_by: HashMap<u64, Box<str>>,
+    /// The tenant (`MessageGroupId`) of the messages sent with one: fair
+    /// queues count their leases.
+    tenants: HashMap<u64, Box<str>>,
 }
 
 impl QueueLedger {
@@ -98,6 +103,9 @@ impl QueueLedger {
         }
         if let Some(task) = &message.redriven_by_task {
             self.redriven_by.insert(seq, task.as_str().into());
+        }
+        if let Some(tenant) = &message.content.group_id {
+            self.tenants.insert(seq, tenant.as_str().into());
         }
         self.order
             .insert((state.visible_at, state.receive_count, seq));
@@ -112,6 +120,7 @@ impl QueueLedger {
         self.by_age.remove(&(state.sent_at, seq));
         self.failures.remove(&seq);
         self.redriven_by.remove(&seq);
+        self.tenants.remove(&seq);
         Some(state)
     }
 
@@ -373,6 +382,39 @@ impl Ledger {
                 .range(..=(now, u32::MAX, u64::MAX))
                 .filter_map(|&(_, _, seq)| Some((seq, ledger.messages.get(&seq)?)))
         })
+    }
+
+    /// The tenant (`MessageGroupId`) of a message sent with one.
+    pub fn tenant(&self, queue: u64, seq: u64) -> Option<&str> {
+        self.queues
+            .get(&queue)?
+            .tenants
+            .get(&seq)
+            .map(AsRef::as_ref)
+    }
+
+    /// `queue`'s tenants as fair queues judge them at `now`
+    /// (`ackbox_core::fair_queue`). A queue none of whose messages has a
+    /// group costs a lookup; another, a walk over its messages not visible.
+    pub fn fair_order(&self, queue: u64, now: i64) -> FairOrder<&str> {
+        let Some(ledger) = self.queues.get(&queue) else {
+            return FairOrder::default();
+        };
+        if ledger.tenants.is_empty() {
+            return FairOrder::default();
+        }
+        let mut in_flight = 0;
+        let mut by_tenant: HashMap<&str, u64> = HashMap::new();
+        for &(_, receive_count, seq) in ledger.order.range((now + 1, 0, 0)..) {
+            if receive_count == 0 {
+                continue;
+            }
+            in_flight += 1;
+            if let Some(tenant) = ledger.tenants.get(&seq) {
+                *by_tenant.entry(tenant).or_default() += 1;
+            }
+        }
+        FairOrder::judge(by_tenant, in_flight)
     }
 
     /// Up to `limit` of `queue`'s messages sent at or before `cutoff`, oldest

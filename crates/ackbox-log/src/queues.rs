@@ -343,7 +343,7 @@ impl StandardQueues {
     }
 
     /// Leases up to `request.max` of `queue`'s visible messages, oldest
-    /// visible first. On the way it drops what is past retention and moves
+    /// visible first, a noisy tenant's after every quiet one's. On the way it drops what is past retention and moves
     /// what was received too often to the dead-letter queue (at most
     /// [`MAX_DROPPED_PER_RECEIVE`](ackbox_core::receive_policy::MAX_DROPPED_PER_RECEIVE) in one call, so one receive never holds
     /// every queue for a huge backlog; later receives do the rest).
@@ -365,30 +365,38 @@ impl StandardQueues {
                 .as_ref()
                 .map(|target| (target, i64::from(target.max_receive_count))),
         );
-        for (seq, state) in ledger.visible(queue, now) {
-            if leased.len() >= request.max {
-                break;
-            }
-            match policy.fate(state.sent_at, i64::from(state.receive_count)) {
-                Fate::OutOfBudget => break,
-                Fate::Expire => {
-                    expired.push(Record::Deleted { queue, seq });
+        // Quiet tenants first, then each noisy one (fair queues); leases are
+        // applied after the walk, so no pass meets a message twice.
+        let order = ledger.fair_order(queue, now);
+        'receive: for pass in order.passes() {
+            for (seq, state) in ledger.visible(queue, now) {
+                if leased.len() >= request.max {
+                    break 'receive;
+                }
+                if !pass.takes(ledger.tenant(queue, seq).as_ref()) {
                     continue;
                 }
-                Fate::DeadLetter(_) => {
-                    doomed.push((seq, *state));
-                    continue;
+                match policy.fate(state.sent_at, i64::from(state.receive_count)) {
+                    Fate::OutOfBudget => break 'receive,
+                    Fate::Expire => {
+                        expired.push(Record::Deleted { queue, seq });
+                        continue;
+                    }
+                    Fate::DeadLetter(_) => {
+                        doomed.push((seq, *state));
+                        continue;
+                    }
+                    Fate::Lease => {}
                 }
-                Fate::Lease => {}
+                leases.push(Record::Leased {
+                    queue,
+                    seq,
+                    visible_at: now + request.visibility_ms.max(0),
+                    receive_count: state.receive_count.saturating_add(1),
+                    received_at: now,
+                });
+                leased.push((seq, state.position));
             }
-            leases.push(Record::Leased {
-                queue,
-                seq,
-                visible_at: now + request.visibility_ms.max(0),
-                receive_count: state.receive_count.saturating_add(1),
-                received_at: now,
-            });
-            leased.push((seq, state.position));
         }
         let mut records = expired;
         let (expired, dead_lettered) = (records.len(), doomed.len());

@@ -6,6 +6,7 @@
 //! resource; the helpers they share are here.
 
 mod dead_letters;
+mod fair_queues;
 mod leases;
 mod long_poll;
 mod messages;

@@ -42,6 +42,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "log_written",
         include_str!("../../../migrations/postgres/0006_log_written.sql"),
     ),
+    (
+        7,
+        "fair_queues",
+        include_str!("../../../migrations/postgres/0007_fair_queues.sql"),
+    ),
 ];
 
 /// Scopes the migration lock to the schema being migrated.

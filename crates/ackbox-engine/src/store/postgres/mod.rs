@@ -486,11 +486,11 @@ impl Store for PostgresStore {
         &self,
         params: MessageReceiveParams,
     ) -> Result<ReceiveOutcome, StoreError> {
-        // With a dead-letter queue and a zero lease, the messages the first
-        // statement leased would still be visible to the transaction that
-        // moves the poisoned ones, and could be received twice.
+        // With a zero lease, the messages the first statement leased would
+        // still be visible to the full pass that follows it (for poisoned
+        // messages or noisy tenants), and could be received twice.
         let at_once = params.attempt.is_none()
-            && (params.dead_letter.is_none() || params.visible_at > params.now)
+            && params.visible_at > params.now
             && self.is_standard(params.queue_id).await?;
         if !at_once {
             return in_transaction!(self.lease_pool, "message_receive", |connection| {
@@ -500,13 +500,15 @@ impl Store for PostgresStore {
         let AtOnce {
             mut outcome,
             poisoned,
+            noisy,
         } = receive::receive_standard_at_once(&self.lease_pool, &params).await?;
         let leased = outcome.messages.len() as u32;
-        if !poisoned || leased >= params.max_messages {
+        if !(poisoned || noisy) || leased >= params.max_messages {
             return Ok(outcome);
         }
-        // Rare: a message received too often. The full pass moves it (and
-        // any like it) to the dead-letter queue and leases what is missing.
+        // Rare: a message received too often, or no quiet tenant's message
+        // left. The full pass moves the first to the dead-letter queue, takes
+        // noisy tenants' messages in their turn, and leases what is missing.
         let rest = MessageReceiveParams {
             max_messages: params.max_messages - leased,
             ..params

@@ -2,10 +2,13 @@
 //! leased by the receive policy (`ackbox_core::receive_policy`) — in one
 //! statement when nothing is due for the dead-letter queue — and on FIFO
 //! queues whole runs from the heads of available groups, with receive
-//! attempts replayed.
+//! attempts replayed. On standard queues, quiet tenants first
+//! (`ackbox_core::fair_queue`).
 
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 
+use ackbox_core::fair_queue::{FairOrder, NOISY_MIN_IN_FLIGHT, NOISY_SHARE_DIVISOR, Pass};
 use ackbox_core::receive_policy::{Fate, ReceivePolicy};
 use sqlx::{PgConnection, PgPool, Row};
 
@@ -21,7 +24,9 @@ use crate::store::{
 
 /// A standard queue's receive without an attempt id, in one statement: it
 /// picks the oldest visible rows no other receive holds, drops the expired
-/// ones and leases the rest. Alone it is a whole transaction.
+/// ones and leases the rest. Alone it is a whole transaction. Noisy
+/// tenants' rows (fair queues) are left to the full pass, as are rows due
+/// for the dead-letter queue.
 ///
 /// The rules are [`ReceivePolicy`]'s, in SQL: a row past retention is
 /// deleted, a row under its receive limit leased. A row due for the dead-letter queue is left alone (moving it takes the
@@ -39,15 +44,27 @@ pub(super) async fn receive_standard_at_once(
         .map(|target| target.max_receive_count);
     let mut outcome = ReceiveOutcome::default();
     let mut poisoned = false;
+    let mut noisy = false;
     // Expired rows fill a round without filling the receive; a few more
     // rounds reach past them (the sweeper removes the rest).
     for _ in 0..4 {
         let rows = sqlx::query(concat!(
-            "WITH picked AS (
+            // `fair_queue::is_noisy` in SQL; the count of the queue's
+            // in-flight messages runs only once a tenant has enough.
+            "WITH noisy AS (
+                 SELECT group_id FROM messages
+                 WHERE queue_id = $1 AND visible_at > $2 AND group_id IS NOT NULL
+                   AND receive_count > 0
+                 GROUP BY group_id
+                 HAVING COUNT(*) >= $8 AND COUNT(*) * $9 > (
+                     SELECT COUNT(*) FROM messages
+                     WHERE queue_id = $1 AND visible_at > $2 AND receive_count > 0)),
+             picked AS (
                  SELECT seq AS picked_seq, sent_at AS picked_sent_at, visible_at AS was_visible_at,
                         receive_count AS was_received
                  FROM messages
                  WHERE queue_id = $1 AND visible_at <= $2 AND seq <> ALL($6)
+                   AND (group_id IS NULL OR group_id NOT IN (SELECT group_id FROM noisy))
                  ORDER BY visible_at, receive_count, seq
                  LIMIT $3
                  FOR UPDATE SKIP LOCKED),
@@ -69,7 +86,8 @@ pub(super) async fn receive_standard_at_once(
              -- One row even when nothing was leased, to carry the counts.
              SELECT leased.*, (SELECT COUNT(*) FROM expired) AS expired,
                     (SELECT COUNT(*) FROM picked
-                     WHERE picked_sent_at > $4 AND was_received >= $7) AS poisoned
+                     WHERE picked_sent_at > $4 AND was_received >= $7) AS poisoned,
+                    (SELECT COUNT(*) FROM noisy) AS noisy
              FROM (SELECT 1) AS always
              LEFT JOIN (leased JOIN picked ON picked.picked_seq = leased.seq) ON TRUE
              ORDER BY picked.was_visible_at, picked.was_received, leased.seq"
@@ -89,6 +107,8 @@ pub(super) async fn receive_standard_at_once(
                 .collect::<Vec<_>>(),
         )
         .bind(max_receive_count)
+        .bind(NOISY_MIN_IN_FLIGHT.cast_signed())
+        .bind(NOISY_SHARE_DIVISOR.cast_signed())
         .fetch_all(pool)
         .await
         .map_err(postgres_error("message_receive: lease"))?;
@@ -97,16 +117,17 @@ pub(super) async fn receive_standard_at_once(
             let decode = |error| postgres_error("message_receive: decode")(error);
             expired = row.try_get::<i64, _>("expired").map_err(decode)?;
             poisoned |= row.try_get::<i64, _>("poisoned").map_err(decode)? > 0;
+            noisy |= row.try_get::<i64, _>("noisy").map_err(decode)? > 0;
             if row.try_get::<Option<i64>, _>(0).map_err(decode)?.is_some() {
                 outcome.messages.push(message_from_row(row)?.message);
             }
         }
         outcome.expired += expired.unsigned_abs();
-        if poisoned || expired == 0 || outcome.messages.len() >= wanted {
+        if poisoned || noisy || expired == 0 || outcome.messages.len() >= wanted {
             break;
         }
     }
-    if outcome.messages.is_empty() && !poisoned {
+    if outcome.messages.is_empty() && !poisoned && !noisy {
         outcome.next_visible_at = sqlx::query_scalar(
             "SELECT MIN(visible_at) FROM messages WHERE queue_id = $1 AND visible_at > $2",
         )
@@ -116,7 +137,11 @@ pub(super) async fn receive_standard_at_once(
         .await
         .map_err(postgres_error("message_receive: next visible"))?;
     }
-    Ok(AtOnce { outcome, poisoned })
+    Ok(AtOnce {
+        outcome,
+        poisoned,
+        noisy,
+    })
 }
 
 /// What [`receive_standard_at_once`] did.
@@ -124,6 +149,8 @@ pub(super) struct AtOnce {
     pub(super) outcome: ReceiveOutcome,
     /// It met messages due for the dead-letter queue and left them.
     pub(super) poisoned: bool,
+    /// The queue has noisy tenants, whose messages it left.
+    pub(super) noisy: bool,
 }
 
 /// What a receive did with a message it met.
@@ -258,35 +285,16 @@ pub(super) async fn receive_standard(
     mut pass: ReceivePass<'_>,
 ) -> Result<ReceiveOutcome, StoreError> {
     let params = pass.params();
-    let wanted = params.max_messages as usize;
+    let order = fair_order(connection, params).await?;
     // Rows met once (a zero lease leaves them visible) are not met again.
     let mut met: Vec<i64> = Vec::new();
-    'receive: while pass.leased() < wanted {
-        let rows = sqlx::query(concat!(
-            "SELECT ",
-            message_columns!(),
-            " FROM messages
-             WHERE queue_id = $1 AND visible_at <= $2 AND seq <> ALL($3)
-             ORDER BY visible_at, receive_count, seq
-             LIMIT $4
-             FOR UPDATE SKIP LOCKED"
-        ))
-        .bind(params.queue_id)
-        .bind(params.now)
-        .bind(&met)
-        .bind((wanted - pass.leased()) as i64)
-        .fetch_all(&mut *connection)
-        .await
-        .map_err(postgres_error("message_receive: select"))?;
-        if rows.is_empty() {
+    for fair_pass in order.passes() {
+        if pass.leased() >= params.max_messages as usize
+            || receive_in_order(connection, &mut pass, &mut met, fair_pass)
+                .await?
+                .is_break()
+        {
             break;
-        }
-        for row in &rows {
-            let row = message_from_row(row)?;
-            met.push(row.message.seq);
-            if let Met::OutOfBudget = pass.meet(connection, row).await? {
-                break 'receive;
-            }
         }
     }
     let mut outcome = pass.finish(connection).await?;
@@ -301,6 +309,94 @@ pub(super) async fn receive_standard(
         .map_err(postgres_error("message_receive: next visible"))?;
     }
     Ok(outcome)
+}
+
+/// The queue's tenants as fair queues judge them
+/// (`ackbox_core::fair_queue`): a tenant's in-flight messages are its
+/// received ones not yet visible again.
+async fn fair_order(
+    connection: &mut PgConnection,
+    params: &MessageReceiveParams,
+) -> Result<FairOrder<String>, StoreError> {
+    let candidates: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT group_id, COUNT(*) FROM messages
+         WHERE queue_id = $1 AND visible_at > $2 AND group_id IS NOT NULL AND receive_count > 0
+         GROUP BY group_id HAVING COUNT(*) >= $3",
+    )
+    .bind(params.queue_id)
+    .bind(params.now)
+    .bind(NOISY_MIN_IN_FLIGHT.cast_signed())
+    .fetch_all(&mut *connection)
+    .await
+    .map_err(postgres_error("message_receive: tenants in flight"))?;
+    if candidates.is_empty() {
+        return Ok(FairOrder::default());
+    }
+    let in_flight: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM messages
+         WHERE queue_id = $1 AND visible_at > $2 AND receive_count > 0",
+    )
+    .bind(params.queue_id)
+    .bind(params.now)
+    .fetch_one(&mut *connection)
+    .await
+    .map_err(postgres_error("message_receive: in flight"))?;
+    Ok(FairOrder::judge(
+        candidates
+            .into_iter()
+            .map(|(tenant, count)| (tenant, count.unsigned_abs())),
+        in_flight.unsigned_abs(),
+    ))
+}
+
+/// Takes, in receive order, the visible rows no other receive holds of
+/// the tenants `fair_pass` takes, until the receive has what it wants;
+/// breaks when the receive has dropped all it may.
+async fn receive_in_order(
+    connection: &mut PgConnection,
+    pass: &mut ReceivePass<'_>,
+    met: &mut Vec<i64>,
+    fair_pass: Pass<'_, String>,
+) -> Result<ControlFlow<()>, StoreError> {
+    let params = pass.params();
+    let wanted = params.max_messages as usize;
+    let (excluding, only): (&[String], Option<&String>) = match fair_pass {
+        Pass::Quiet { excluding } => (excluding, None),
+        Pass::Noisy(tenant) => (&[], Some(tenant)),
+    };
+    while pass.leased() < wanted {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            message_columns!(),
+            " FROM messages
+             WHERE queue_id = $1 AND visible_at <= $2 AND seq <> ALL($3)
+               AND (group_id IS NULL OR group_id <> ALL($5))
+               AND ($6::text IS NULL OR group_id = $6)
+             ORDER BY visible_at, receive_count, seq
+             LIMIT $4
+             FOR UPDATE SKIP LOCKED"
+        ))
+        .bind(params.queue_id)
+        .bind(params.now)
+        .bind(&*met)
+        .bind((wanted - pass.leased()) as i64)
+        .bind(excluding)
+        .bind(only)
+        .fetch_all(&mut *connection)
+        .await
+        .map_err(postgres_error("message_receive: select"))?;
+        if rows.is_empty() {
+            break;
+        }
+        for row in &rows {
+            let row = message_from_row(row)?;
+            met.push(row.message.seq);
+            if let Met::OutOfBudget = pass.meet(connection, row).await? {
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+    }
+    Ok(ControlFlow::Continue(()))
 }
 
 /// One leased message of a recorded attempt: `[seq, receive_count, visible_at]`.

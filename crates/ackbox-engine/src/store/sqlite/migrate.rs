@@ -40,6 +40,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "log_written",
         include_str!("../../../migrations/sqlite/0006_log_written.sql"),
     ),
+    (
+        7,
+        "fair_queues",
+        include_str!("../../../migrations/sqlite/0007_fair_queues.sql"),
+    ),
 ];
 
 fn database_error(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {

@@ -1,10 +1,13 @@
 //! ReceiveMessage: each visible message met is expired, dead-lettered or
 //! leased by the receive policy (`ackbox_core::receive_policy`); on FIFO
 //! queues whole runs from the heads of available groups, and receive
-//! attempts replayed.
+//! attempts replayed. On standard queues, quiet tenants first
+//! (`ackbox_core::fair_queue`).
 
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 
+use ackbox_core::fair_queue::{FairOrder, NOISY_MIN_IN_FLIGHT, Pass};
 use ackbox_core::receive_policy::{Fate, ReceivePolicy};
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -14,7 +17,7 @@ use super::relocate::move_to_dead_letter_queue;
 use super::rows::{MESSAGE_COLUMNS, MessageRow, decode_attributes, message_row, queue_exists};
 use crate::store::{
     DeadLetterTarget, MessageReceiveParams, ReceiveAttempt, ReceiveOutcome, StoreError,
-    StoredMessage, from_json,
+    StoredMessage, from_json, to_json,
 };
 
 /// What a receive did with a message it met.
@@ -119,44 +122,15 @@ pub(crate) fn message_receive(
     if fifo::queue_kind(connection, params.queue_id)? == Some(true) {
         return fifo_receive(connection, params, pass);
     }
-    let mut select = connection
-        .prepare_cached(&format!(
-            "SELECT {MESSAGE_COLUMNS}
-             FROM messages
-             WHERE queue_id = ?1 AND visible_at <= ?2
-             ORDER BY visible_at, receive_count, seq
-             LIMIT ?3"
-        ))
-        .map_err(database_error("message_receive: prepare select"))?;
-    let wanted = params.max_messages as usize;
-    // A lease of zero seconds leaves a message visible, so a later round of
-    // this loop could meet it again: `met` keeps one receive from returning
-    // a message twice. Expired messages are dropped as they are met, which is
-    // why a queue full of them needs several rounds to fill a receive.
-    let mut met = std::collections::HashSet::new();
-    'receive: while pass.leased() < wanted {
-        // Rows leased with a zero lease can come back in this select, so the
-        // limit leaves room for them next to the messages still wanted;
-        // expired rows are deleted as they are met and cannot come back.
-        let rows = select
-            .query_map(
-                params![params.queue_id, params.now, wanted as i64],
-                message_row,
-            )
-            .map_err(database_error("message_receive: select"))?
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(database_error("message_receive: read row"))?;
-        let mut progressed = false;
-        for row in rows {
-            if pass.leased() >= wanted || !met.insert(row.seq()) {
-                continue;
-            }
-            progressed = true;
-            if let Met::OutOfBudget = pass.meet(connection, row)? {
-                break 'receive;
-            }
-        }
-        if !progressed {
+    let order = fair_order(connection, params)?;
+    // A lease of zero seconds leaves a message visible, so a later round
+    // could meet it again: `met` keeps one receive from returning a message
+    // twice.
+    let mut met = HashSet::new();
+    for fair_pass in order.passes() {
+        if pass.leased() >= params.max_messages as usize
+            || receive_in_order(connection, &mut pass, &mut met, fair_pass)?.is_break()
+        {
             break;
         }
     }
@@ -172,6 +146,118 @@ pub(crate) fn message_receive(
             .map_err(database_error("message_receive: next visible"))?;
     }
     Ok(outcome)
+}
+
+/// The queue's tenants as fair queues judge them
+/// (`ackbox_core::fair_queue`): a tenant's in-flight messages are its
+/// received ones not yet visible again.
+fn fair_order(
+    connection: &Connection,
+    params: &MessageReceiveParams,
+) -> Result<FairOrder<String>, StoreError> {
+    let candidates = connection
+        .prepare_cached(
+            "SELECT group_id, COUNT(*) FROM messages INDEXED BY messages_in_flight_by_group
+             WHERE queue_id = ?1 AND visible_at > ?2 AND group_id IS NOT NULL
+               AND receive_count > 0
+             GROUP BY group_id HAVING COUNT(*) >= ?3",
+        )
+        .and_then(|mut count| {
+            count
+                .query_map(
+                    params![
+                        params.queue_id,
+                        params.now,
+                        NOISY_MIN_IN_FLIGHT.cast_signed()
+                    ],
+                    |row| {
+                        Ok((
+                            row.get::<_, String>(0)?,
+                            row.get::<_, i64>(1)?.unsigned_abs(),
+                        ))
+                    },
+                )?
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(database_error("message_receive: tenants in flight"))?;
+    if candidates.is_empty() {
+        return Ok(FairOrder::default());
+    }
+    let in_flight: i64 = connection
+        .prepare_cached(
+            "SELECT COUNT(*) FROM messages
+             WHERE queue_id = ?1 AND visible_at > ?2 AND receive_count > 0",
+        )
+        .and_then(|mut count| {
+            count.query_row(params![params.queue_id, params.now], |row| row.get(0))
+        })
+        .map_err(database_error("message_receive: in flight"))?;
+    Ok(FairOrder::judge(candidates, in_flight.unsigned_abs()))
+}
+
+/// Leases, in receive order, the visible messages of the tenants
+/// `fair_pass` takes until the receive has what it wants; breaks when the
+/// receive has dropped all it may.
+fn receive_in_order(
+    connection: &Connection,
+    pass: &mut ReceivePass<'_>,
+    met: &mut HashSet<i64>,
+    fair_pass: Pass<'_, String>,
+) -> Result<ControlFlow<()>, StoreError> {
+    let params = pass.params;
+    let wanted = params.max_messages as usize;
+    let (tenants, sql) = match fair_pass {
+        Pass::Quiet { excluding: [] } => (None, ""),
+        Pass::Quiet { excluding } => (
+            Some(to_json(&excluding)),
+            "AND (group_id IS NULL OR group_id NOT IN (SELECT value FROM json_each(?4)))",
+        ),
+        Pass::Noisy(tenant) => (Some(tenant.clone()), "AND group_id = ?4"),
+    };
+    let mut select = connection
+        .prepare_cached(&format!(
+            "SELECT {MESSAGE_COLUMNS}
+             FROM messages
+             WHERE queue_id = ?1 AND visible_at <= ?2 {sql}
+             ORDER BY visible_at, receive_count, seq
+             LIMIT ?3"
+        ))
+        .map_err(database_error("message_receive: prepare select"))?;
+    // Expired messages are dropped as they are met, which is why a queue
+    // full of them needs several rounds to fill a receive.
+    while pass.leased() < wanted {
+        // Rows leased with a zero lease can come back in this select, so the
+        // limit leaves room for them next to the messages still wanted;
+        // expired rows are deleted as they are met and cannot come back.
+        let query = match &tenants {
+            Some(tenants) => select.query_map(
+                params![params.queue_id, params.now, wanted as i64, tenants],
+                message_row,
+            ),
+            None => select.query_map(
+                params![params.queue_id, params.now, wanted as i64],
+                message_row,
+            ),
+        };
+        let rows = query
+            .map_err(database_error("message_receive: select"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(database_error("message_receive: read row"))?;
+        let mut progressed = false;
+        for row in rows {
+            if pass.leased() >= wanted || !met.insert(row.seq()) {
+                continue;
+            }
+            progressed = true;
+            if let Met::OutOfBudget = pass.meet(connection, row)? {
+                return Ok(ControlFlow::Break(()));
+            }
+        }
+        if !progressed {
+            break;
+        }
+    }
+    Ok(ControlFlow::Continue(()))
 }
 
 /// One leased message of a recorded attempt: `[seq, receive_count, visible_at]`.
