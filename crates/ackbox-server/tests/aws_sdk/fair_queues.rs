@@ -9,18 +9,8 @@ use ackbox_testkit::client::send_numbered;
 
 use super::*;
 
-/// A standard queue whose leases outlast any test.
-async fn create_fair(client: &aws_sdk_sqs::Client, name: &str) -> String {
-    client
-        .create_queue()
-        .queue_name(name)
-        .attributes(QueueAttributeName::VisibilityTimeout, "600")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap()
-}
+/// Leases that outlast any test.
+const LEASE_SECONDS: u32 = 600;
 
 /// Sends `count` messages of `tenant` (`None`: without a group), their
 /// bodies `{tenant}-{index}`.
@@ -82,7 +72,7 @@ fn tenants_of(bodies: &[String]) -> Vec<&str> {
 async fn a_noisy_tenant_cannot_starve_a_quiet_one() {
     let server = TestServer::builder().start().await;
     let client = server.client();
-    let url = create_fair(&client, "fair-starve").await;
+    let url = create_with_lease(&client, "fair-starve", LEASE_SECONDS).await;
     send_backlog(&client, &url, Some("noisy"), 200).await;
     // The noisy tenant holds 40 leases: all the queue's in flight.
     let leased = lease(&client, &url, 40).await;
@@ -109,7 +99,7 @@ async fn a_noisy_tenant_cannot_starve_a_quiet_one() {
 async fn a_tenant_with_fewer_than_thirty_in_flight_is_served_in_queue_order() {
     let server = TestServer::builder().start().await;
     let client = server.client();
-    let url = create_fair(&client, "fair-threshold").await;
+    let url = create_with_lease(&client, "fair-threshold", LEASE_SECONDS).await;
     send_backlog(&client, &url, Some("busy"), 60).await;
     lease(&client, &url, 29).await;
     send_one(&client, &url, "quiet", "quiet-0").await;
@@ -127,7 +117,7 @@ async fn a_tenant_with_fewer_than_thirty_in_flight_is_served_in_queue_order() {
 async fn among_noisy_tenants_the_one_with_fewest_in_flight_goes_first() {
     let server = TestServer::builder().start().await;
     let client = server.client();
-    let url = create_fair(&client, "fair-noisy-pair").await;
+    let url = create_with_lease(&client, "fair-noisy-pair", LEASE_SECONDS).await;
     send_backlog(&client, &url, Some("big"), 100).await;
     lease(&client, &url, 60).await;
     send_backlog(&client, &url, Some("small"), 80).await;
@@ -148,7 +138,7 @@ async fn among_noisy_tenants_the_one_with_fewest_in_flight_goes_first() {
 async fn messages_without_a_group_are_each_their_own_tenant() {
     let server = TestServer::builder().start().await;
     let client = server.client();
-    let url = create_fair(&client, "fair-ungrouped").await;
+    let url = create_with_lease(&client, "fair-ungrouped", LEASE_SECONDS).await;
     send_backlog(&client, &url, None, 60).await;
     lease(&client, &url, 40).await;
     send_one(&client, &url, "quiet", "quiet-0").await;

@@ -38,6 +38,19 @@ async fn manual_server() -> (TestServer, ManualClock) {
     (server, clock)
 }
 
+/// A standard queue whose leases last `seconds`.
+async fn create_with_lease(client: &aws_sdk_sqs::Client, name: &str, seconds: u32) -> String {
+    client
+        .create_queue()
+        .queue_name(name)
+        .attributes(QueueAttributeName::VisibilityTimeout, seconds.to_string())
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap()
+}
+
 fn string_attribute(value: &str) -> MessageAttributeValue {
     MessageAttributeValue::builder()
         .data_type("String")

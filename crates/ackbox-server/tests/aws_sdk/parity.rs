@@ -20,18 +20,6 @@ const AWS_SYSTEM_ATTRIBUTES: [&str; 9] = [
     "DeadLetterQueueSourceArn",
 ];
 
-async fn queue_redelivering_at_once(client: &aws_sdk_sqs::Client, name: &str) -> String {
-    client
-        .create_queue()
-        .queue_name(name)
-        .attributes(QueueAttributeName::VisibilityTimeout, "0")
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap()
-}
-
 async fn create_fifo_queue(client: &aws_sdk_sqs::Client, name: &str) -> String {
     client
         .create_queue()
@@ -50,7 +38,7 @@ async fn create_fifo_queue(client: &aws_sdk_sqs::Client, name: &str) -> String {
 async fn a_message_attribute_prefix_matches_names_that_start_with_it() {
     let server = TestServer::builder().start().await;
     let client = server.client();
-    let url = queue_redelivering_at_once(&client, "prefixes").await;
+    let url = create_with_lease(&client, "prefixes", 0).await;
     client
         .send_message()
         .queue_url(&url)
@@ -93,7 +81,7 @@ async fn a_message_attribute_prefix_matches_names_that_start_with_it() {
 async fn all_system_attributes_are_the_ones_aws_defines() {
     let server = TestServer::builder().start().await;
     let client = server.client();
-    let url = queue_redelivering_at_once(&client, "all-system").await;
+    let url = create_with_lease(&client, "all-system", 0).await;
     client
         .send_message()
         .queue_url(&url)
