@@ -16,6 +16,7 @@
 //! - [`redrive`]: dead-letter policies (`RedrivePolicy`, `RedriveAllowPolicy`).
 //! - [`fair_queue`]: which tenants of a standard queue are noisy, and the order a receive takes them in.
 //! - [`clock`]: [`Clock`](clock::Clock), system and manual.
+//! - [`utc`]: calendar times of timestamps (SigV4 dates, RFC 3339 for people).
 //!
 //! # Example
 //! ```
@@ -37,4 +38,5 @@ pub mod queue_name;
 pub mod receipt;
 pub mod receive_policy;
 pub mod redrive;
+pub mod utc;
 pub mod visibility_change;

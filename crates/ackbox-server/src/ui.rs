@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use ackbox_core::queue_name::QueueName;
+use ackbox_core::utc::rfc3339;
 use ackbox_engine::Purge;
 use ackbox_engine::receive::{ACKBOX_SYSTEM_ATTRIBUTE_NAMES, ReceiveRequest};
 use ackbox_engine::store::MoveFilter;
@@ -230,7 +231,7 @@ async fn dead_letter_sections(
             "<tr><td>{}</td><td class=\"num\">{}</td><td>{}</td><td><pre>{}</pre></td></tr>",
             escape(label),
             class.count,
-            class.oldest_sent_at,
+            rfc3339(class.oldest_sent_at),
             escape(class.example.as_deref().unwrap_or(""))
         );
     }

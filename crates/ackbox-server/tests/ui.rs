@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use ackbox_core::utc::rfc3339;
 use ackbox_testkit::client::{call_json, create_queue};
 use ackbox_testkit::server::TestServer;
 use aws_sdk_sqs::types::QueueAttributeName;
@@ -115,6 +116,20 @@ async fn a_dead_letter_queue_can_be_inspected_dry_run_and_redriven_from_the_dash
     assert!(
         page.contains("&lt;script&gt;alert(1)&lt;/script&gt;") && !page.contains("<script>"),
         "bodies are escaped"
+    );
+    let dlq_url = format!("{}/000000000000/work-dlq", server.url());
+    let (_, summary) = call_json(
+        &server.url(),
+        "AckBox.SummarizeQueue",
+        &json!({ "QueueUrl": dlq_url }),
+    )
+    .await;
+    let oldest = summary["Classes"][0]["OldestSentTimestamp"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        page.contains(&format!("<td>{}</td>", rfc3339(oldest))),
+        "the oldest failure's time, as a person reads it: {page}"
     );
 
     let (status, location, _) = http(

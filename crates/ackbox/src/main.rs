@@ -77,11 +77,20 @@ fn main() -> std::process::ExitCode {
     init_tracing(cli.log_format, default_level);
     match run(cli.command) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // The reader of the answer stopped early (`| head -1`): it has what
+        // it wanted, as with any Unix tool.
+        Err(error) if reader_gone(&error) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn reader_gone(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<std::io::Error>()
+        .is_some_and(|error| error.kind() == std::io::ErrorKind::BrokenPipe)
 }
 
 fn run(command: Command) -> anyhow::Result<()> {

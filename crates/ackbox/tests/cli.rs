@@ -3,6 +3,7 @@
 
 use std::process::{Command, Output};
 
+use ackbox_core::utc::rfc3339;
 use ackbox_testkit::process::{ServerProcess, free_port};
 use serde_json::Value;
 
@@ -167,6 +168,41 @@ fn fifo_queues_from_the_cli_deduplicate_and_keep_order() {
     let no_group = ackbox(&endpoint, &["send", "cli.fifo", "x", "--dedup-id", "3"]);
     assert!(!no_group.status.success());
     assert!(String::from_utf8_lossy(&no_group.stderr).contains("MessageGroupId"));
+}
+
+/// `ackbox queue stats q | head -1`: the reader is gone before the answer is
+/// written. The command must end quietly and successfully, as Unix tools do,
+/// not panic on the broken pipe (exit 101).
+#[test]
+fn a_reader_that_stops_early_is_not_an_error() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), free_port(), &[]);
+    let endpoint = server.url();
+    ok_stdout(ackbox(&endpoint, &["queue", "create", "piped"]));
+    for json in [false, true] {
+        let mut command = Command::new(BINARY);
+        command.args(["queue", "stats", "piped", "--endpoint", &endpoint]);
+        if json {
+            command.arg("--json");
+        }
+        let mut child = command
+            .env("ACKBOX_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Closes the pipe's only read end before the command has asked the
+        // server anything, so its first write meets a broken pipe.
+        drop(child.stdout.take());
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(
+            output.status.success(),
+            "--json {json}: {:?}, stderr: {stderr}",
+            output.status
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
 }
 
 #[test]
@@ -709,6 +745,24 @@ fn dead_letter_queues_can_be_inspected_and_redriven_from_the_cli() {
     assert_eq!(summary["Classes"][0]["Count"], 1);
     let human = ok_stdout(ackbox(&endpoint, &["dlq", "summary", "dlq"]));
     assert!(human.contains("dlq: 1 messages"), "{human}");
+    // People read times, not epoch milliseconds.
+    let oldest = summary["Classes"][0]["OldestSentTimestamp"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        human.contains(&format!("sent {} .. {}", rfc3339(oldest), rfc3339(oldest))),
+        "{human}"
+    );
+    let sent: i64 = messages[0]["Attributes"]["SentTimestamp"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let human = ok_stdout(ackbox(&endpoint, &["dlq", "peek", "dlq"]));
+    assert!(
+        human.contains(&format!("sent {}", rfc3339(sent))),
+        "{human}"
+    );
 
     let dry_run = ok_stdout(ackbox(
         &endpoint,
@@ -790,6 +844,10 @@ fn dead_letter_queues_can_be_inspected_and_redriven_from_the_cli() {
         human.contains("by anonymous") && human.contains("COMPLETED"),
         "{human}"
     );
+    for at in ["StartedTimestamp", "FinishedTimestamp"] {
+        let at = rfc3339(audit[at].as_i64().unwrap());
+        assert!(human.contains(&at), "{at} in {human}");
+    }
     let cancel = ackbox(
         &endpoint,
         &["redrive", "cancel", "10f57157-fc38-4da9-a113-4de7e12d05aa"],

@@ -21,6 +21,7 @@ use std::fmt::Write as _;
 
 use ackbox_core::clock::Timestamp;
 use ackbox_core::error::{ErrorCode, SqsError};
+use ackbox_core::utc::UtcTime;
 use axum::http::HeaderMap;
 use hmac::{Hmac, Mac};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
@@ -625,14 +626,10 @@ pub fn sign_headers(request: &SignableRequest<'_>, params: SigningParams<'_>) ->
 
 /// `YYYYMMDD'T'HHMMSS'Z'` for epoch milliseconds.
 pub fn format_amz_date(millis: Timestamp) -> String {
-    let seconds = millis.div_euclid(1_000);
-    let (days, second_of_day) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
-    let (year, month, day) = civil_from_days(days);
+    let time = UtcTime::from_epoch_millis(millis);
     format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        second_of_day / 3_600,
-        second_of_day % 3_600 / 60,
-        second_of_day % 60
+        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        time.year, time.month, time.day, time.hour, time.minute, time.second
     )
 }
 
@@ -649,50 +646,15 @@ pub fn parse_amz_date(text: &str) -> Option<Timestamp> {
             .all(|byte| byte.is_ascii_digit())
             .then(|| digits.parse().ok())?
     };
-    let (year, month, day) = (number(0..4)?, number(4..6)?, number(6..8)?);
-    let (hour, minute, second) = (number(9..11)?, number(11..13)?, number(13..15)?);
-    if !(1..=12).contains(&month)
-        || !(1..=31).contains(&day)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
-        return None;
+    UtcTime {
+        year: number(0..4)?,
+        month: number(4..6)?,
+        day: number(6..8)?,
+        hour: number(9..11)?,
+        minute: number(11..13)?,
+        second: number(13..15)?,
     }
-    let days = days_from_civil(year, month, day);
-    if civil_from_days(days) != (year, month, day) {
-        return None;
-    }
-    Some(((days * 86_400) + hour * 3_600 + minute * 60 + second) * 1_000)
-}
-
-// Howard Hinnant's proleptic Gregorian calendar algorithms.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let month_index = (month + 9) % 12;
-    let day_of_year = (153 * month_index + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
-}
-
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
-    let days = days + 719_468;
-    let era = days.div_euclid(146_097);
-    let day_of_era = days - era * 146_097;
-    let year_of_era =
-        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
-    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
-    let month_index = (5 * day_of_year + 2) / 153;
-    let day = day_of_year - (153 * month_index + 2) / 5 + 1;
-    let month = if month_index < 10 {
-        month_index + 3
-    } else {
-        month_index - 9
-    };
-    let year = year_of_era + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    .to_epoch_millis()
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@ use ackbox_engine::receive::ACKBOX_SYSTEM_ATTRIBUTE_NAMES;
 use serde_json::{Value, json};
 
 use crate::api_client::{ApiClient, EndpointArgs};
-use crate::cmd::queue::print;
+use crate::cmd::queue::{print, shown_time};
 
 /// Flags of `ackbox dlq`.
 #[derive(Debug, clap::Args)]
@@ -54,6 +54,16 @@ fn attribute<'a>(message: &'a Value, name: &str) -> &'a str {
     message["Attributes"][name].as_str().unwrap_or("")
 }
 
+/// A timestamp system attribute (epoch milliseconds, as a string) as a
+/// person reads it.
+fn attribute_time(message: &Value, name: &str) -> String {
+    shown_time(
+        &attribute(message, name)
+            .parse::<i64>()
+            .map_or(Value::Null, Value::from),
+    )
+}
+
 /// The whole queue counted by failure class (`AckBox.SummarizeQueue`).
 pub(crate) async fn summarize(client: &ApiClient, queue_url: &str) -> anyhow::Result<Value> {
     client
@@ -72,8 +82,8 @@ pub(crate) fn render_summary(queue: &str, summary: &Value) -> String {
         lines.push(format!(
             "  {name:<32} {:>8}  sent {} .. {}  e.g. {}",
             class["Count"],
-            class["OldestSentTimestamp"],
-            class["NewestSentTimestamp"],
+            shown_time(&class["OldestSentTimestamp"]),
+            shown_time(&class["NewestSentTimestamp"]),
             class["ExampleMessage"].as_str().unwrap_or("-"),
         ));
     }
@@ -94,24 +104,26 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                     .iter()
                     .map(|message| {
                         format!(
-                            "{}  receives={} failures={} class={} from={}\n    reason: {}\n    body:   {}",
+                            "{}  receives={} failures={} class={} from={}\n    sent {}, last failed {}\n    reason: {}\n    body:   {}",
                             message["MessageId"].as_str().unwrap_or_default(),
                             attribute(message, "ApproximateReceiveCount"),
                             attribute(message, "AckBoxFailureCount"),
                             attribute(message, "AckBoxFailureClass"),
                             attribute(message, "DeadLetterQueueSourceArn"),
+                            attribute_time(message, "SentTimestamp"),
+                            attribute_time(message, "AckBoxLastFailureTimestamp"),
                             attribute(message, "AckBoxFailureMessage"),
                             message["Body"].as_str().unwrap_or_default(),
                         )
                     })
                     .collect::<Vec<_>>()
                     .join("\n")
-            });
+            })?;
         }
         DlqCommand::Summary { queue } => {
             let url = client.queue_url(&queue).await?;
             let reply = summarize(&client, &url).await?;
-            print(json_output, &reply, || render_summary(&queue, &reply));
+            print(json_output, &reply, || render_summary(&queue, &reply))?;
         }
     }
     Ok(())

@@ -1,6 +1,7 @@
 //! `ackbox queue create|list|stats|purge|delete`.
 
 use std::collections::BTreeMap;
+use std::io::Write as _;
 
 use serde_json::{Value, json};
 
@@ -78,7 +79,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                 .await?;
             print(json_output, &reply, || {
                 reply["QueueUrl"].as_str().unwrap_or_default().to_owned()
-            });
+            })?;
         }
         QueueCommand::List { prefix } => {
             let mut urls = Vec::new();
@@ -103,7 +104,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                 }
             }
             let reply = json!({ "QueueUrls": urls });
-            print(json_output, &reply, || urls.join("\n"));
+            print(json_output, &reply, || urls.join("\n"))?;
         }
         QueueCommand::Stats { name } => {
             let url = client.queue_url(&name).await?;
@@ -121,7 +122,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                     .map(|(key, value)| format!("{key:<40} {}", value.as_str().unwrap_or_default()))
                     .collect::<Vec<_>>()
                     .join("\n")
-            });
+            })?;
         }
         QueueCommand::Purge { name } => {
             let url = client.queue_url(&name).await?;
@@ -130,7 +131,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                 .await?;
             print(json_output, &json!({ "Purged": name }), || {
                 format!("purged {name}")
-            });
+            })?;
         }
         QueueCommand::Delete { name } => {
             let url = client.queue_url(&name).await?;
@@ -139,20 +140,36 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                 .await?;
             print(json_output, &json!({ "Deleted": name }), || {
                 format!("deleted {name}")
-            });
+            })?;
         }
     }
     Ok(())
 }
 
-/// Prints `value` as JSON, or the human rendering.
-pub(crate) fn print(json_output: bool, value: &Value, human: impl FnOnce() -> String) {
-    if json_output {
-        println!("{value}");
+/// A timestamp of an answer (epoch milliseconds) as a person reads it:
+/// RFC 3339 in UTC; `-` when absent.
+pub(crate) fn shown_time(value: &Value) -> String {
+    value
+        .as_i64()
+        .map_or_else(|| "-".to_owned(), ackbox_core::utc::rfc3339)
+}
+
+/// Prints `value` as JSON, or the human rendering. A reader gone early
+/// (`| head -1`) is an error `main` treats as success; `println!` would panic.
+pub(crate) fn print(
+    json_output: bool,
+    value: &Value,
+    human: impl FnOnce() -> String,
+) -> std::io::Result<()> {
+    let text = if json_output {
+        value.to_string()
     } else {
-        let text = human();
-        if !text.is_empty() {
-            println!("{text}");
-        }
+        human()
+    };
+    if text.is_empty() {
+        return Ok(());
     }
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}")?;
+    stdout.flush()
 }

@@ -68,6 +68,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             })
             .collect::<Vec<_>>()
             .join("\n")
-    });
+    })?;
     Ok(())
 }

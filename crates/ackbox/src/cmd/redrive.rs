@@ -7,7 +7,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use crate::api_client::{ApiClient, EndpointArgs};
-use crate::cmd::queue::print;
+use crate::cmd::queue::{print, shown_time};
 
 /// Flags of `ackbox redrive`.
 #[derive(Debug, clap::Args)]
@@ -135,7 +135,7 @@ fn describe(task: &Value) -> String {
         task["Status"].as_str().unwrap_or("?"),
         task["ApproximateNumberOfMessagesMoved"],
         task["ApproximateNumberOfMessagesToMove"],
-        task["StartedTimestamp"],
+        shown_time(&task["StartedTimestamp"]),
         task["TaskHandle"]
             .as_str()
             .map_or(String::new(), |handle| format!("  handle {handle}")),
@@ -184,7 +184,7 @@ async fn follow(client: &ApiClient, source_arn: &str, json_output: bool) -> anyh
             ));
         }
         text
-    });
+    })?;
     match task["Status"].as_str() {
         Some("COMPLETED" | "PAUSED") => Ok(()),
         other => anyhow::bail!(
@@ -222,7 +222,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                         "dry run: nothing moved; would move to {target}:\n{}",
                         crate::cmd::dlq::render_summary(&source, &summary)
                     )
-                });
+                })?;
                 return Ok(());
             }
             let source_arn = queue_arn(&client, &source).await?;
@@ -252,7 +252,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                 .unwrap_or_default()
                 .to_owned();
             if detach {
-                print(json_output, &started, || handle.clone());
+                print(json_output, &started, || handle.clone())?;
                 return Ok(());
             }
             follow(&client, &source_arn, json_output).await?;
@@ -271,7 +271,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                     return format!("no move tasks for {source}");
                 }
                 tasks.iter().map(describe).collect::<Vec<_>>().join("\n")
-            });
+            })?;
         }
         RedriveCommand::History { source, count } => {
             let mut request = json!({ "MaxResults": count });
@@ -289,7 +289,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                     .map(|task| {
                         format!(
                             "{} by {}  {} -> {}  rate {}  ended {}\n    {}",
-                            task["StartedTimestamp"],
+                            shown_time(&task["StartedTimestamp"]),
                             task["RequestedBy"].as_str().unwrap_or("?"),
                             task["SourceArn"].as_str().unwrap_or("?"),
                             task["DestinationArn"]
@@ -298,15 +298,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                             task["MaxNumberOfMessagesPerSecond"]
                                 .as_i64()
                                 .map_or("default".to_owned(), |rate| format!("{rate}/s")),
-                            task["FinishedTimestamp"]
-                                .as_i64()
-                                .map_or("-".to_owned(), |at| at.to_string()),
+                            shown_time(&task["FinishedTimestamp"]),
                             describe(task),
                         )
                     })
                     .collect::<Vec<_>>()
                     .join("\n")
-            });
+            })?;
         }
         RedriveCommand::Resume { handle } => {
             let resumed = client
@@ -327,7 +325,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                     "cancelled after moving {}",
                     reply["ApproximateNumberOfMessagesMoved"]
                 )
-            });
+            })?;
         }
     }
     Ok(())

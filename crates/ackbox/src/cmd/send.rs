@@ -65,6 +65,6 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             Some(sequence_number) => format!("{message_id} (sequence number {sequence_number})"),
             None => message_id.to_owned(),
         }
-    });
+    })?;
     Ok(())
 }

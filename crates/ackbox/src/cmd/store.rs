@@ -8,6 +8,7 @@
 //! servers shared it before it was locked to one), moves the other store's
 //! messages into the one named, losing none.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use ackbox_engine::store::adopt::{Adopter, adopt};
@@ -55,7 +56,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         StoreCommand::Check { data_dir } => {
             let report = tokio::task::spawn_blocking(move || check(&data_dir)).await??;
-            print!("{}", describe(&report));
+            let mut stdout = std::io::stdout().lock();
+            write!(stdout, "{}", describe(&report))?;
+            stdout.flush()?;
             anyhow::ensure!(report.is_sound(), "the store is damaged; see above");
         }
         StoreCommand::Adopt { data_dir, into } => {
@@ -64,10 +67,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                 Into::Sqlite => (Adopter::Sqlite, "sqlite"),
             };
             let adopted = adopt(&data_dir, adopter).await?;
-            println!(
+            let mut stdout = std::io::stdout().lock();
+            writeln!(
+                stdout,
                 "moved {} message(s) of {} standard queue(s); serve it with --store {store}",
                 adopted.messages, adopted.queues
-            );
+            )?;
+            stdout.flush()?;
         }
     }
     Ok(())
