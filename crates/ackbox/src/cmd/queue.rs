@@ -169,7 +169,13 @@ pub(crate) fn print(
     if text.is_empty() {
         return Ok(());
     }
+    write_out(&format!("{text}\n"))
+}
+
+/// Writes a command's answer to stdout as it is, flushed: a reader gone
+/// early shows here as a `BrokenPipe` error, not a panic.
+pub(crate) fn write_out(text: &str) -> std::io::Result<()> {
     let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{text}")?;
+    stdout.write_all(text.as_bytes())?;
     stdout.flush()
 }

@@ -8,12 +8,13 @@
 //! servers shared it before it was locked to one), moves the other store's
 //! messages into the one named, losing none.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use ackbox_engine::store::adopt::{Adopter, adopt};
 use ackbox_engine::store::check::{StoreCheck, check};
 use ackbox_log::log::SegmentState;
+
+use crate::cmd::queue::write_out;
 
 /// Flags of `ackbox store`.
 #[derive(Debug, clap::Args)]
@@ -56,9 +57,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         StoreCommand::Check { data_dir } => {
             let report = tokio::task::spawn_blocking(move || check(&data_dir)).await??;
-            let mut stdout = std::io::stdout().lock();
-            write!(stdout, "{}", describe(&report))?;
-            stdout.flush()?;
+            write_out(&describe(&report))?;
             anyhow::ensure!(report.is_sound(), "the store is damaged; see above");
         }
         StoreCommand::Adopt { data_dir, into } => {
@@ -67,13 +66,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                 Into::Sqlite => (Adopter::Sqlite, "sqlite"),
             };
             let adopted = adopt(&data_dir, adopter).await?;
-            let mut stdout = std::io::stdout().lock();
-            writeln!(
-                stdout,
-                "moved {} message(s) of {} standard queue(s); serve it with --store {store}",
+            write_out(&format!(
+                "moved {} message(s) of {} standard queue(s); serve it with --store {store}\n",
                 adopted.messages, adopted.queues
-            )?;
-            stdout.flush()?;
+            ))?;
         }
     }
     Ok(())

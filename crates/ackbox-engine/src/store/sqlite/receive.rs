@@ -206,7 +206,7 @@ fn receive_in_order(
 ) -> Result<ControlFlow<()>, StoreError> {
     let params = pass.params;
     let wanted = params.max_messages as usize;
-    let (tenants, sql) = match fair_pass {
+    let (tenant_filter, sql) = match fair_pass {
         Pass::Quiet { excluding: [] } => (None, ""),
         Pass::Quiet { excluding } => (
             Some(to_json(&excluding)),
@@ -229,9 +229,9 @@ fn receive_in_order(
         // Rows leased with a zero lease can come back in this select, so the
         // limit leaves room for them next to the messages still wanted;
         // expired rows are deleted as they are met and cannot come back.
-        let query = match &tenants {
-            Some(tenants) => select.query_map(
-                params![params.queue_id, params.now, wanted as i64, tenants],
+        let query = match &tenant_filter {
+            Some(filter) => select.query_map(
+                params![params.queue_id, params.now, wanted as i64, filter],
                 message_row,
             ),
             None => select.query_map(
