@@ -73,6 +73,10 @@ pub enum ErrorCode {
     RequestEntityTooLarge,
     /// The client sent its request body too slowly.
     RequestTimeout,
+    /// SNS: the topic or subscription named does not exist.
+    NotFound,
+    /// SNS: a parameter is missing, malformed or out of range.
+    InvalidParameter,
 }
 
 impl ErrorCode {
@@ -110,6 +114,8 @@ impl ErrorCode {
             Self::AccessDenied => "AccessDeniedException",
             Self::RequestEntityTooLarge => "RequestEntityTooLargeException",
             Self::RequestTimeout => "RequestTimeoutException",
+            Self::NotFound => "NotFoundException",
+            Self::InvalidParameter => "InvalidParameterException",
         }
     }
 
@@ -168,6 +174,8 @@ impl ErrorCode {
             Self::AccessDenied => "AccessDenied",
             Self::RequestEntityTooLarge => "RequestEntityTooLarge",
             Self::RequestTimeout => "RequestTimeout",
+            Self::NotFound => "NotFound",
+            Self::InvalidParameter => "InvalidParameter",
         }
     }
 
@@ -182,7 +190,7 @@ impl ErrorCode {
             | Self::AccessDenied => 403,
             Self::RequestTimeout => 408,
             Self::RequestEntityTooLarge => 413,
-            Self::ResourceNotFoundException => 404,
+            Self::ResourceNotFoundException | Self::NotFound => 404,
             Self::InternalError => 500,
             Self::ServiceUnavailable => 503,
             _ => 400,
@@ -242,6 +250,20 @@ impl SqsError {
             ErrorCode::MissingParameter,
             format!("The request must contain the parameter {parameter}."),
         )
+    }
+
+    /// SNS's `InvalidParameter`, naming the parameter and why (its value
+    /// and the limit in `reason`).
+    pub fn sns_invalid_parameter(parameter: &str, reason: impl fmt::Display) -> Self {
+        Self::new(
+            ErrorCode::InvalidParameter,
+            format!("Invalid parameter: {parameter} Reason: {reason}"),
+        )
+    }
+
+    /// SNS's `NotFound` for a topic or subscription (`what`) that does not exist.
+    pub fn sns_not_found(what: &str) -> Self {
+        Self::new(ErrorCode::NotFound, format!("{what} does not exist"))
     }
 
     /// `QueueDoesNotExist` with AWS's message.

@@ -38,5 +38,6 @@ pub mod queue_name;
 pub mod receipt;
 pub mod receive_policy;
 pub mod redrive;
+pub mod topic_name;
 pub mod utc;
 pub mod visibility_change;

@@ -82,6 +82,14 @@ pub fn rfc3339(epoch_millis: Timestamp) -> String {
     UtcTime::from_epoch_millis(epoch_millis).to_string()
 }
 
+/// `epoch_millis` in RFC 3339 in UTC to the millisecond, as SNS stamps a
+/// notification: `2026-12-07T04:43:02.842Z`.
+pub fn rfc3339_millis(epoch_millis: Timestamp) -> String {
+    let seconds = rfc3339(epoch_millis);
+    let stem = seconds.strip_suffix('Z').unwrap_or(&seconds);
+    format!("{stem}.{:03}Z", epoch_millis.rem_euclid(1_000))
+}
+
 // Howard Hinnant's proleptic Gregorian calendar algorithms.
 fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let year = if month <= 2 { year - 1 } else { year };
@@ -122,6 +130,11 @@ mod tests {
         // 2024 is a leap year; 1969 is before the epoch.
         assert_eq!(rfc3339(1_709_164_800_000), "2024-02-29T00:00:00Z");
         assert_eq!(rfc3339(-1_000), "1969-12-31T23:59:59Z");
+        assert_eq!(
+            rfc3339_millis(1_700_000_000_042),
+            "2023-11-14T22:13:20.042Z"
+        );
+        assert_eq!(rfc3339_millis(-1), "1969-12-31T23:59:59.999Z");
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! Labels stay low in cardinality: the queue name, never a message id.
 
 use ackbox_core::queue_name::QueueName;
+use ackbox_core::topic_name::TopicName;
 
 fn count(name: &'static str, queue: &QueueName, amount: u64) {
     if amount > 0 {
@@ -40,4 +41,24 @@ pub(crate) fn dead_lettered(queue: &QueueName, moved: u64) {
 /// Messages a move task took out of the dead-letter queue `queue`.
 pub(crate) fn redriven(queue: &QueueName, moved: u64) {
     count("ackbox_move_task_messages_moved_total", queue, moved);
+}
+
+/// Messages published to `topic`, and the copies it delivered to queues.
+pub(crate) fn published(topic: &TopicName, published: u64, delivered: u64) {
+    if published > 0 {
+        metrics::counter!("ackbox_topic_messages_published_total", "topic" => topic.to_string())
+            .increment(published);
+    }
+    if delivered > 0 {
+        metrics::counter!("ackbox_topic_messages_delivered_total", "topic" => topic.to_string())
+            .increment(delivered);
+    }
+}
+
+/// Deliveries `topic` could not make: its subscribed queue is gone.
+pub(crate) fn undeliverable(topic: &TopicName, amount: u64) {
+    if amount > 0 {
+        metrics::counter!("ackbox_topic_deliveries_failed_total", "topic" => topic.to_string())
+            .increment(amount);
+    }
 }

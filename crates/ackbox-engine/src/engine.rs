@@ -663,7 +663,7 @@ pub struct Purge {
     pub rest_swept: bool,
 }
 
-fn validate_tags(tags: &BTreeMap<String, String>) -> Result<(), SqsError> {
+pub(crate) fn validate_tags(tags: &BTreeMap<String, String>) -> Result<(), SqsError> {
     if tags.len() > MAX_QUEUE_TAGS {
         return Err(SqsError::invalid_value(format!(
             "Too many tags: a queue may have at most {MAX_QUEUE_TAGS}; got {}.",

@@ -55,6 +55,7 @@ pub mod redrive;
 pub mod secret;
 pub mod send;
 pub mod store;
+pub mod topic;
 
 pub use engine::{Engine, EngineConfig, PURGE_AT_ONCE, Purge};
 pub use error::EngineError;

@@ -155,7 +155,7 @@ impl Engine {
             .collect())
     }
 
-    fn prepare(
+    pub(crate) fn prepare(
         &self,
         queue: &Queue,
         entry: SendEntry,

@@ -317,27 +317,51 @@ impl StandardQueues {
         queue: u64,
         messages: Vec<Outgoing>,
     ) -> Result<(Vec<u64>, Lsn), QueuesError> {
+        let (mut seqs, lsn) = self.send_to_each(vec![(queue, messages)])?;
+        Ok((seqs.pop().unwrap_or_default(), lsn))
+    }
+
+    /// Sends each queue its messages in one append — one `write` — so that
+    /// a killed process keeps all of them or none (a topic's fan-out):
+    /// their sequence numbers, queue by queue, and the LSN to wait on
+    /// before acknowledging them. Each record is still its own frame: a
+    /// power cut that tears the write before its fsync can keep a prefix.
+    pub fn send_to_each(
+        &self,
+        sends: Vec<(u64, Vec<Outgoing>)>,
+    ) -> Result<(Vec<Vec<u64>>, Lsn), QueuesError> {
         let mut ledger = self.ledger();
-        let seqs: Vec<u64> = ledger.allocate_seqs(messages.len() as u64).collect();
-        let records: Vec<Record> = messages
-            .into_iter()
-            .zip(&seqs)
-            .map(|(message, &seq)| {
-                Record::Sent(SentMessage {
-                    queue,
-                    seq,
-                    sent_at: message.sent_at,
-                    visible_at: message.visible_at,
-                    receive_count: 0,
-                    first_received_at: None,
-                    last_received_at: None,
-                    dead_letter_source_arn: None,
-                    failures: None,
-                    redriven_by_task: None,
-                    content: message.content,
-                })
-            })
-            .collect();
+        let total = sends
+            .iter()
+            .map(|(_, messages)| messages.len() as u64)
+            .sum();
+        let mut numbers = ledger.allocate_seqs(total);
+        let mut seqs = Vec::with_capacity(sends.len());
+        let mut records = Vec::with_capacity(total as usize);
+        for (queue, messages) in sends {
+            let queue_seqs: Vec<u64> = numbers.by_ref().take(messages.len()).collect();
+            records.extend(
+                messages
+                    .into_iter()
+                    .zip(&queue_seqs)
+                    .map(|(message, &seq)| {
+                        Record::Sent(SentMessage {
+                            queue,
+                            seq,
+                            sent_at: message.sent_at,
+                            visible_at: message.visible_at,
+                            receive_count: 0,
+                            first_received_at: None,
+                            last_received_at: None,
+                            dead_letter_source_arn: None,
+                            failures: None,
+                            redriven_by_task: None,
+                            content: message.content,
+                        })
+                    }),
+            );
+            seqs.push(queue_seqs);
+        }
         let lsn = self.append(&mut ledger, &records)?;
         Ok((seqs, lsn))
     }

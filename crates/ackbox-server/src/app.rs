@@ -232,7 +232,7 @@ async fn respond(
             let action = json::target(&parts.headers).and_then(str::parse::<Action>);
             (Parameters::Json(body), action)
         }
-        Protocol::Query => {
+        Protocol::Query(_) => {
             let mut form = Form::parse(parts.uri.query().unwrap_or_default(), &body);
             // Query clients may post to the queue's URL instead of naming it.
             if parts.uri.path() != "/" {
@@ -241,6 +241,10 @@ async fn respond(
             let action = form.action();
             (Parameters::Query(form), action)
         }
+    };
+    let protocol = match &action {
+        Ok(action) => protocol.for_service(action.service()),
+        Err(_) => protocol,
     };
     if let Ok(action) = action {
         let _ = action_seen.set(action);

@@ -39,6 +39,22 @@ macro_rules! every_action {
             "AckBox" ListMoveTaskHistory => list_move_task_history,
             "AckBox" SummarizeQueue => summarize_queue,
             "AckBox" ResumeMessageMoveTask => resume_message_move_task,
+            "SNS_20100331" CreateTopic => create_topic,
+            "SNS_20100331" DeleteTopic => delete_topic,
+            "SNS_20100331" ListTopics => list_topics,
+            "SNS_20100331" GetTopicAttributes => get_topic_attributes,
+            "SNS_20100331" SetTopicAttributes => set_topic_attributes,
+            "SNS_20100331" Subscribe => subscribe,
+            "SNS_20100331" Unsubscribe => unsubscribe,
+            "SNS_20100331" ListSubscriptions => list_subscriptions,
+            "SNS_20100331" ListSubscriptionsByTopic => list_subscriptions_by_topic,
+            "SNS_20100331" GetSubscriptionAttributes => get_subscription_attributes,
+            "SNS_20100331" SetSubscriptionAttributes => set_subscription_attributes,
+            "SNS_20100331" Publish => publish,
+            "SNS_20100331" PublishBatch => publish_batch as Publish,
+            "SNS_20100331" TagResource => tag_resource,
+            "SNS_20100331" UntagResource => untag_resource,
+            "SNS_20100331" ListTagsForResource => list_tags_for_resource,
         }
     };
 }
@@ -74,6 +90,13 @@ macro_rules! define_actions {
                 }
             }
 
+            /// The service whose API the action belongs to.
+            pub fn service(self) -> Service {
+                match self {
+                    $(Self::$variant => Service::of_namespace($namespace),)*
+                }
+            }
+
             /// The IAM-style permission the action needs: its own name, but
             /// for batches, which need the permission of their single form.
             pub fn permission(self) -> &'static str {
@@ -106,6 +129,34 @@ macro_rules! define_actions {
 }
 
 every_action!(define_actions);
+
+/// The AWS service whose API an action belongs to: its errors and answers
+/// take that service's XML namespace and codes, and its IAM-style resources
+/// are that service's ARNs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Service {
+    /// SQS, with ackbox's extensions.
+    Sqs,
+    /// SNS.
+    Sns,
+}
+
+impl Service {
+    const fn of_namespace(namespace: &str) -> Self {
+        match namespace.as_bytes() {
+            b"SNS_20100331" => Self::Sns,
+            _ => Self::Sqs,
+        }
+    }
+
+    /// The service's name in ARNs, IAM actions and credential scopes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sqs => "sqs",
+            Self::Sns => "sns",
+        }
+    }
+}
 
 impl Action {
     /// Every distinct permission name, sorted: what a credentials file's

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use ackbox_server::action::Action;
+use ackbox_server::action::{Action, Service};
 use ackbox_testkit::client::{call_json, call_json_signed, call_raw, error_code, queue_arn};
 use ackbox_testkit::server::TestServer;
 use aws_sdk_sqs::types::{
@@ -36,6 +36,7 @@ allow_actions = ["GetQueueUrl", "ListQueues", "SendMessage", "ReceiveMessage", "
 access_key_id = "ORDERSANY"
 secret_access_key = "orders-any-secret-012345"
 allow_queues = ["orders-*"]
+allow_topics = ["orders-*"]
 allow_actions = ["*"]
 "#;
 
@@ -337,7 +338,40 @@ fn request_naming_payments(action: Action, url: &str, arn: &str, handle: &str) -
         Action::DeleteMessage | Action::ChangeMessageVisibility | Action::NackMessage => {
             json!({"QueueUrl": url, "ReceiptHandle": "x", "VisibilityTimeout": 1})
         }
+        _ if action.service() == Service::Sns => request_naming_payments_topic(action),
         _ => json!({"QueueUrl": url}),
+    }
+}
+
+/// A request of the SNS `action` whose topic is `payments` (outside the
+/// key's `allow_topics`).
+fn request_naming_payments_topic(action: Action) -> Value {
+    let topic = "arn:aws:sns:us-east-1:000000000000:payments";
+    let subscription = format!("{topic}:00000000-0000-0000-0000-000000000000");
+    match action {
+        Action::CreateTopic => json!({"Name": "payments"}),
+        Action::ListTopics | Action::ListSubscriptions => json!({}),
+        Action::Unsubscribe | Action::GetSubscriptionAttributes => {
+            json!({"SubscriptionArn": subscription})
+        }
+        Action::SetSubscriptionAttributes => json!({
+            "SubscriptionArn": subscription,
+            "AttributeName": "RawMessageDelivery",
+            "AttributeValue": "true"
+        }),
+        Action::SetTopicAttributes => {
+            json!({"TopicArn": topic, "AttributeName": "DisplayName", "AttributeValue": "x"})
+        }
+        Action::Subscribe => json!({"TopicArn": topic, "Protocol": "sqs"}),
+        Action::Publish => json!({"TopicArn": topic, "Message": "m"}),
+        Action::PublishBatch => json!({
+            "TopicArn": topic,
+            "PublishBatchRequestEntries": [{"Id": "e", "Message": "m"}]
+        }),
+        Action::TagResource | Action::UntagResource | Action::ListTagsForResource => {
+            json!({"ResourceArn": topic, "Tags": [], "TagKeys": []})
+        }
+        _ => json!({"TopicArn": topic}),
     }
 }
 
@@ -389,6 +423,13 @@ async fn every_action_is_checked_against_every_queue_it_names() {
             );
             continue;
         }
+        if matches!(action, Action::ListTopics | Action::ListSubscriptions) {
+            assert_eq!(
+                reply.status, 200,
+                "{target}: listings show what the key may see"
+            );
+            continue;
+        }
         assert_eq!(reply.status, 403, "{target}: {}", reply.json());
         assert_eq!(
             reply.header("x-amzn-query-error"),
@@ -396,6 +437,16 @@ async fn every_action_is_checked_against_every_queue_it_names() {
             "{target}"
         );
     }
+    // Its own topics it may use.
+    let own_topic = call_json_signed(
+        &server.url(),
+        "SNS_20100331.CreateTopic",
+        &json!({"Name": "orders-events"}),
+        id,
+        secret,
+    )
+    .await;
+    assert_eq!(own_topic.status, 200, "{}", own_topic.json());
     // The same requests by a key allowed everywhere get past authorization.
     let allowed = call_json_signed(
         &server.url(),

@@ -63,6 +63,20 @@ const FIELDS: &[&str] = &[
     "Class",
     "Message",
     "Permanent",
+    "Name",
+    "TopicArn",
+    "TargetArn",
+    "PhoneNumber",
+    "ResourceArn",
+    "SubscriptionArn",
+    "Protocol",
+    "Endpoint",
+    "ReturnSubscriptionArn",
+    "Subject",
+    "MessageStructure",
+    "AttributeName",
+    "AttributeValue",
+    "PublishBatchRequestEntries",
 ];
 
 /// Queue attribute names, without `ReceiveMessageWaitTimeSeconds`: a queue
@@ -206,6 +220,37 @@ fn fields(action: Action) -> &'static [&'static str] {
             "MessageSystemAttributeNames",
             "MessageAttributeNames",
         ],
+        Action::CreateTopic => &["Name", "Attributes", "Tags"],
+        Action::DeleteTopic | Action::GetTopicAttributes => &["TopicArn"],
+        Action::ListTopics | Action::ListSubscriptions => &["NextToken"],
+        Action::ListSubscriptionsByTopic => &["TopicArn", "NextToken"],
+        Action::SetTopicAttributes => &["TopicArn", "AttributeName", "AttributeValue"],
+        Action::Subscribe => &[
+            "TopicArn",
+            "Protocol",
+            "Endpoint",
+            "Attributes",
+            "ReturnSubscriptionArn",
+        ],
+        Action::Unsubscribe | Action::GetSubscriptionAttributes => &["SubscriptionArn"],
+        Action::SetSubscriptionAttributes => {
+            &["SubscriptionArn", "AttributeName", "AttributeValue"]
+        }
+        Action::Publish => &[
+            "TopicArn",
+            "TargetArn",
+            "PhoneNumber",
+            "Message",
+            "Subject",
+            "MessageStructure",
+            "MessageAttributes",
+            "MessageGroupId",
+            "MessageDeduplicationId",
+        ],
+        Action::PublishBatch => &["TopicArn", "PublishBatchRequestEntries"],
+        Action::TagResource => &["ResourceArn", "Tags"],
+        Action::UntagResource => &["ResourceArn", "TagKeys"],
+        Action::ListTagsForResource => &["ResourceArn"],
     }
 }
 
@@ -352,6 +397,51 @@ fn field_value(field: &'static str) -> BoxedStrategy<Value> {
         "Reason" => (short_string(), "\\PC{0,40}")
             .prop_map(|(class, message)| json!({"Class": class, "Message": message}))
             .boxed(),
+        "TopicArn" | "TargetArn" | "ResourceArn" => prop_oneof![
+            3 => Just(json!(TOPIC_ARN)),
+            1 => Just(json!("arn:aws:sns:us-east-1:000000000000:nowhere")),
+            1 => interesting_string().prop_map(Value::from),
+        ]
+        .boxed(),
+        "SubscriptionArn" => prop_oneof![
+            2 => Just(json!(format!("{TOPIC_ARN}:00000000-0000-0000-0000-000000000000"))),
+            1 => interesting_string().prop_map(Value::from),
+        ]
+        .boxed(),
+        "Name" => prop_oneof![
+            Just(json!("topic")),
+            Just(json!("topic.fifo")),
+            short_string().prop_map(Value::from),
+        ]
+        .boxed(),
+        "Protocol" => prop_oneof![
+            3 => Just(json!("sqs")),
+            1 => short_string().prop_map(Value::from),
+        ]
+        .boxed(),
+        "Endpoint" => prop_oneof![
+            3 => Just(json!("arn:aws:sqs:us-east-1:000000000000:target")),
+            1 => Just(json!(DLQ_ARN)),
+            1 => interesting_string().prop_map(Value::from),
+        ]
+        .boxed(),
+        "Subject" | "MessageStructure" | "AttributeName" | "AttributeValue" | "PhoneNumber" => {
+            prop_oneof![
+                Just(json!("json")),
+                Just(json!("RawMessageDelivery")),
+                Just(json!("DisplayName")),
+                Just(json!("true")),
+                interesting_string().prop_map(Value::from),
+            ]
+            .boxed()
+        }
+        "PublishBatchRequestEntries" => prop::collection::vec(
+            ("[a-zA-Z0-9_-]{1,10}", "\\PC{0,30}")
+                .prop_map(|(id, message)| json!({"Id": id, "Message": message})),
+            0..12,
+        )
+        .prop_map(Value::Array)
+        .boxed(),
         "SourceArn" | "DestinationArn" => prop_oneof![
             3 => Just(json!(DLQ_ARN)),
             1 => interesting_string().prop_map(Value::from),
@@ -365,6 +455,9 @@ fn field_value(field: &'static str) -> BoxedStrategy<Value> {
     };
     prop_oneof![24 => typed, 1 => value()].boxed()
 }
+
+/// A topic every case may publish to; `target` is subscribed to it.
+const TOPIC_ARN: &str = "arn:aws:sns:us-east-1:000000000000:topic";
 
 /// Stands for a receipt handle the broker really issued, when it has.
 const HANDLE: &str = "$HANDLE";
@@ -536,6 +629,19 @@ async fn harness() -> Harness {
     let fifo = [("FifoQueue".to_owned(), "true".to_owned())].into();
     engine
         .create_queue("target.fifo", &fifo, &Default::default())
+        .await
+        .unwrap();
+    engine
+        .create_topic("topic", &Default::default(), &Default::default())
+        .await
+        .unwrap();
+    engine
+        .subscribe(
+            TOPIC_ARN,
+            "sqs",
+            Some("arn:aws:sqs:us-east-1:000000000000:target"),
+            &Default::default(),
+        )
         .await
         .unwrap();
     Harness {

@@ -33,6 +33,24 @@ pub fn sqs_client_with_key(endpoint: &str, access_key_id: &str, secret_access_ke
     Client::from_conf(sqs_config(endpoint, access_key_id, secret_access_key).build())
 }
 
+/// An `aws-sdk-sns` client for `endpoint` with dummy credentials: SNS's
+/// API is served on the same port as SQS's.
+pub fn sns_client(endpoint: &str) -> aws_sdk_sns::Client {
+    let config = aws_sdk_sns::Config::builder()
+        .behavior_version(aws_sdk_sns::config::BehaviorVersion::latest())
+        .region(aws_sdk_sns::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sns::config::Credentials::new(
+            "test",
+            "test",
+            None,
+            None,
+            "ackbox-testkit",
+        ))
+        .endpoint_url(endpoint)
+        .build();
+    aws_sdk_sns::Client::from_conf(config)
+}
+
 /// An `aws-sdk-sqs` client for an `https://` endpoint that trusts only the
 /// certificate authority `authority_pem`.
 pub fn https_sqs_client(

@@ -19,7 +19,7 @@ use ackbox_engine::store::{
     MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams,
     NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome,
     QueuePurgeParams, QueueRecord, QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome,
-    Store, StoreError, StoreEvent, StoredMessage,
+    Store, StoreError, StoreEvent, StoredMessage, TopicRecord,
 };
 use async_trait::async_trait;
 
@@ -144,6 +144,7 @@ faulty_store! {
     queue_purge(params: QueuePurgeParams) -> QueuePurgeOutcome;
     queue_stats(params: QueueStatsParams) -> QueueStats;
     message_insert_batch(params: MessageInsertParams) -> Vec<InsertedMessage>;
+    message_insert_atomic(batches: Vec<MessageInsertParams>) -> Vec<Vec<InsertedMessage>>;
     message_receive(params: MessageReceiveParams) -> ReceiveOutcome;
     message_delete_batch(params: MessageDeleteParams) -> Vec<DeleteOutcome>;
     message_change_visibility_batch(params: MessageChangeVisibilityParams) -> Vec<ChangeVisibilityOutcome>;
@@ -158,5 +159,9 @@ faulty_store! {
     message_expire(params: MessageExpireParams) -> u64;
     fifo_window_expire(before: Timestamp) -> u64;
     message_sweep_left_behind(limit: u32) -> u64;
+    topic_list() -> Vec<TopicRecord>;
+    topic_get(name: &str) -> Option<TopicRecord>;
+    topic_write(name: &str, definition: String, revision: Option<i64>) -> bool;
+    topic_delete(name: &str) -> bool;
     close() -> ();
 }

@@ -181,6 +181,11 @@ impl TestServer {
         crate::client::sqs_client(&self.url())
     }
 
+    /// An `aws-sdk-sns` client for this broker.
+    pub fn sns_client(&self) -> aws_sdk_sns::Client {
+        crate::client::sns_client(&self.url())
+    }
+
     /// An `aws-sdk-sqs` client signing with the given key (over HTTPS,
     /// trusting the generated authority, when the broker serves HTTPS).
     pub fn client_with_key(

@@ -50,7 +50,7 @@ use super::{
     MoveTaskStepOutcome, MoveTaskStepParams, NackOutcome, NewMessage, QueueCreateOutcome,
     QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueRecord,
     QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome, Store, StoreError,
-    StoredMessage, from_json, to_json,
+    StoredMessage, TopicRecord, from_json, to_json,
 };
 
 /// The log's directory inside the data directory.
@@ -168,6 +168,67 @@ impl LogStore {
             }
             error
         }
+    }
+
+    /// Sends standard queues' batches to the log in one append and answers
+    /// once it is durable.
+    async fn send_to_log(
+        &self,
+        batches: Vec<MessageInsertParams>,
+    ) -> Result<Vec<Vec<InsertedMessage>>, StoreError> {
+        if let Some(gone) = batches
+            .iter()
+            .find(|params| !self.is_live_standard(params.queue_id))
+        {
+            return Err(StoreError::QueueNotFound {
+                queue_id: gone.queue_id,
+            });
+        }
+        self.sqlite.refuse_send_while_full()?;
+        if !self.log_written.load(Ordering::Acquire) {
+            let now = batches
+                .iter()
+                .find_map(|params| params.messages.first())
+                .map_or(0, |message| message.sent_at);
+            self.sqlite.mark_log_written(now).await?;
+            self.log_written.store(true, Ordering::Release);
+        }
+        let mut message_ids = Vec::with_capacity(batches.len());
+        let sends = batches
+            .into_iter()
+            .map(|params| {
+                let (ids, outgoing): (Vec<String>, Vec<Outgoing>) = params
+                    .messages
+                    .into_iter()
+                    .map(|message| (message.message_id.clone(), outgoing(message)))
+                    .unzip();
+                message_ids.push(ids);
+                (log_queue(params.queue_id), outgoing)
+            })
+            .collect();
+        let (seqs, lsn) = self
+            .queues
+            .send_to_each(sends)
+            .map_err(self.write_error("message_insert_batch"))?;
+        let inserted = message_ids
+            .into_iter()
+            .zip(seqs)
+            .map(|(ids, seqs)| {
+                ids.into_iter()
+                    .zip(seqs)
+                    .map(|(message_id, seq)| InsertedMessage {
+                        seq: store_seq(seq),
+                        message_id,
+                        duplicate: false,
+                    })
+                    .collect()
+            })
+            .collect();
+        self.durable(lsn).await?;
+        // A send is what a full disk refuses first; one that passed says
+        // there is room again.
+        self.log_full.store(false, Ordering::Release);
+        Ok(inserted)
     }
 
     /// Refuses a data directory whose log still holds messages, before the
@@ -615,45 +676,27 @@ impl Store for LogStore {
         if !self.in_log(params.queue_id) {
             return self.sqlite.message_insert_batch(params).await;
         }
-        if !self.is_live_standard(params.queue_id) {
-            return Err(StoreError::QueueNotFound {
-                queue_id: params.queue_id,
-            });
-        }
-        self.sqlite.refuse_send_while_full()?;
-        if !self.log_written.load(Ordering::Acquire) {
-            let now = params.messages.first().map_or(0, |message| message.sent_at);
-            self.sqlite.mark_log_written(now).await?;
-            self.log_written.store(true, Ordering::Release);
-        }
-        let queue = log_queue(params.queue_id);
-        let mut message_ids = Vec::with_capacity(params.messages.len());
-        let outgoing = params
-            .messages
-            .into_iter()
-            .map(|message| {
-                message_ids.push(message.message_id.clone());
-                outgoing(message)
+        let mut inserted = self.send_to_log(vec![params]).await?;
+        Ok(inserted.pop().unwrap_or_default())
+    }
+
+    async fn message_insert_atomic(
+        &self,
+        batches: Vec<MessageInsertParams>,
+    ) -> Result<Vec<Vec<InsertedMessage>>, StoreError> {
+        let in_log = batches
+            .iter()
+            .filter(|params| self.in_log(params.queue_id))
+            .count();
+        if in_log == 0 {
+            self.sqlite.message_insert_atomic(batches).await
+        } else if in_log == batches.len() {
+            self.send_to_log(batches).await
+        } else {
+            Err(StoreError::NotAtomic {
+                what: "messages for standard queues (in the log) and FIFO queues (in SQLite) at once",
             })
-            .collect();
-        let (seqs, lsn) = self
-            .queues
-            .send(queue, outgoing)
-            .map_err(self.write_error("message_insert_batch"))?;
-        let inserted = message_ids
-            .into_iter()
-            .zip(seqs)
-            .map(|(message_id, seq)| InsertedMessage {
-                seq: store_seq(seq),
-                message_id,
-                duplicate: false,
-            })
-            .collect();
-        self.durable(lsn).await?;
-        // A send is what a full disk refuses first; one that passed says
-        // there is room again.
-        self.log_full.store(false, Ordering::Release);
-        Ok(inserted)
+        }
     }
 
     async fn message_receive(
@@ -934,6 +977,27 @@ impl Store for LogStore {
 
     fn disk_full(&self) -> bool {
         self.log_full.load(Ordering::Acquire) || self.sqlite.disk_full()
+    }
+
+    async fn topic_list(&self) -> Result<Vec<TopicRecord>, StoreError> {
+        self.sqlite.topic_list().await
+    }
+
+    async fn topic_get(&self, name: &str) -> Result<Option<TopicRecord>, StoreError> {
+        self.sqlite.topic_get(name).await
+    }
+
+    async fn topic_write(
+        &self,
+        name: &str,
+        definition: String,
+        revision: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        self.sqlite.topic_write(name, definition, revision).await
+    }
+
+    async fn topic_delete(&self, name: &str) -> Result<bool, StoreError> {
+        self.sqlite.topic_delete(name).await
     }
 
     async fn close(&self) -> Result<(), StoreError> {

@@ -77,6 +77,12 @@ pub enum StoreError {
         /// What could not be decoded.
         detail: String,
     },
+    /// The store cannot make these writes one atomic write; nothing changed.
+    #[error("the store cannot write this atomically: {what}")]
+    NotAtomic {
+        /// What it was asked to write.
+        what: &'static str,
+    },
     /// The queue was deleted while the operation was on its way; nothing changed.
     #[error("queue {queue_id} does not exist")]
     QueueNotFound {
@@ -797,6 +803,19 @@ pub struct FailureClassCount {
     pub example: Option<String>,
 }
 
+/// A topic as stored: the engine's definition of it (subscriptions
+/// included), which the store keeps as it is, and a revision every write
+/// bumps, so that two nodes changing one topic cannot lose a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicRecord {
+    /// The topic's name.
+    pub name: String,
+    /// The engine's definition, as it wrote it.
+    pub definition: String,
+    /// 1 when created, one more at every write.
+    pub revision: i64,
+}
+
 /// Durable storage of queues and messages. Not semver-stable; do not implement
 /// outside this workspace.
 #[async_trait]
@@ -823,6 +842,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         &self,
         params: MessageInsertParams,
     ) -> Result<Vec<InsertedMessage>, StoreError>;
+    /// Stores several queues' batches in one transaction, fsync'd once: all
+    /// of them or none (a topic's fan-out). One outcome list per batch, in
+    /// order. `QueueNotFound` naming a queue that is gone, and nothing
+    /// stored, when one is.
+    async fn message_insert_atomic(
+        &self,
+        batches: Vec<MessageInsertParams>,
+    ) -> Result<Vec<Vec<InsertedMessage>>, StoreError>;
     /// Leases up to `max_messages` visible messages.
     async fn message_receive(
         &self,
@@ -885,6 +912,22 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// `queue_purge` leave them so that emptying a queue of millions does
     /// not hold every other queue's writes behind it.
     async fn message_sweep_left_behind(&self, limit: u32) -> Result<u64, StoreError>;
+    /// Every topic, in name order.
+    async fn topic_list(&self) -> Result<Vec<TopicRecord>, StoreError>;
+    /// One topic by name.
+    async fn topic_get(&self, name: &str) -> Result<Option<TopicRecord>, StoreError>;
+    /// Writes topic `name`'s definition, durably: a new topic when
+    /// `revision` is `None`, else only over that revision. `false`, and
+    /// nothing written, when the topic exists (create) or has moved on
+    /// from `revision` or is gone (update).
+    async fn topic_write(
+        &self,
+        name: &str,
+        definition: String,
+        revision: Option<i64>,
+    ) -> Result<bool, StoreError>;
+    /// Deletes a topic; `false` if it was already gone.
+    async fn topic_delete(&self, name: &str) -> Result<bool, StoreError>;
     /// Flushes pending writes and stops background work. Idempotent.
     async fn close(&self) -> Result<(), StoreError>;
 

@@ -12,12 +12,13 @@
 
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_core::queue_name::QueueName;
+use ackbox_core::topic_name::TopicName;
 use ackbox_engine::Engine;
 use axum::response::Response;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
-pub use crate::operation::Action;
+pub use crate::operation::{Action, Service};
 use crate::protocol::Parameters;
 
 pub mod batch;
@@ -25,28 +26,44 @@ pub mod cancel_message_move_task;
 pub mod change_message_visibility;
 pub mod change_message_visibility_batch;
 pub mod create_queue;
+pub mod create_topic;
 pub mod delete_message;
 pub mod delete_message_batch;
 pub mod delete_queue;
+pub mod delete_topic;
 pub mod get_queue_attributes;
 pub mod get_queue_url;
+pub mod get_subscription_attributes;
+pub mod get_topic_attributes;
 pub mod list_dead_letter_source_queues;
 pub mod list_message_move_tasks;
 pub mod list_move_task_history;
 pub mod list_queue_tags;
 pub mod list_queues;
+pub mod list_subscriptions;
+pub mod list_subscriptions_by_topic;
+pub mod list_tags_for_resource;
+pub mod list_topics;
 pub mod nack_message;
 pub mod peek_messages;
+pub mod publish;
+pub mod publish_batch;
 pub mod purge_queue;
 pub mod receive_message;
 pub mod resume_message_move_task;
 pub mod send_message;
 pub mod send_message_batch;
 pub mod set_queue_attributes;
+pub mod set_subscription_attributes;
+pub mod set_topic_attributes;
 pub mod start_message_move_task;
+pub mod subscribe;
 pub mod summarize_queue;
 pub mod tag_queue;
+pub mod tag_resource;
+pub mod unsubscribe;
 pub mod untag_queue;
+pub mod untag_resource;
 
 /// What every action handler may use about the request it serves.
 #[derive(Debug, Clone)]
@@ -75,9 +92,21 @@ pub enum Resource<'a> {
     QueueArn(&'a str),
     /// A message move task by `TaskHandle`: its source queue decides.
     MoveTask(&'a str),
-    /// No single queue: the handler shows only queues the caller may use
-    /// ([`RequestContext::may_use_queue`]).
+    /// A topic by `TopicArn` or `ResourceArn`.
+    TopicArn(&'a str),
+    /// A topic by `Name` (CreateTopic).
+    TopicName(&'a str),
+    /// A subscription by `SubscriptionArn`: its topic decides.
+    SubscriptionArn(&'a str),
+    /// Nothing single: the handler shows only queues and topics the caller
+    /// may use ([`RequestContext::may_use_queue`], [`RequestContext::may_use_topic`]).
     Listing,
+}
+
+/// A queue or topic a request names, by name.
+enum Named {
+    Queue(String),
+    Topic(String),
 }
 
 /// The resources a request acts on, checked before it runs.
@@ -97,8 +126,17 @@ impl RequestContext {
         self.caller.may_use_queue(name)
     }
 
+    /// Whether the caller may see and use the topic whose ARN is `topic_arn`
+    /// (for listings).
+    pub fn may_use_topic(&self, topic_arn: &str) -> bool {
+        self.engine
+            .realm()
+            .topic_name_from_arn("TopicArn", topic_arn)
+            .is_ok_and(|name| self.caller.may_use_topic(name.as_str()))
+    }
+
     /// Refuses with `AccessDenied` unless the caller holds `permission` on
-    /// every resource. A resource that names no queue this server could
+    /// every resource. A resource that names nothing this server could
     /// have (a garbled URL, an unknown task) is left to the handler, which
     /// refuses it with its own error before touching anything.
     pub async fn authorize(
@@ -110,53 +148,72 @@ impl RequestContext {
             return Ok(());
         }
         let realm = self.engine.realm();
-        let mut queues = Vec::with_capacity(resources.len());
+        let mut named = Vec::with_capacity(resources.len());
         for resource in resources {
-            let queue = match resource {
-                Resource::QueueUrl(url) => realm
-                    .queue_name_from_url(url)
-                    .ok()
-                    .map(|name| name.as_str().to_owned()),
-                Resource::QueueName(name) => Some((*name).to_owned()),
-                Resource::QueueArn(arn) => realm
-                    .queue_name_from_arn(arn)
-                    .map(|name| name.as_str().to_owned()),
-                Resource::MoveTask(handle) => self
-                    .engine
-                    .move_task(handle)
-                    .await?
-                    .and_then(|task| realm.queue_name_from_arn(&task.source_arn))
-                    .map(|name| name.as_str().to_owned()),
+            let queue =
+                |name: Option<QueueName>| name.map(|name| Named::Queue(name.as_str().to_owned()));
+            let topic =
+                |name: Option<TopicName>| name.map(|name| Named::Topic(name.as_str().to_owned()));
+            named.extend(match resource {
+                Resource::QueueUrl(url) => queue(realm.queue_name_from_url(url).ok()),
+                Resource::QueueName(name) => Some(Named::Queue((*name).to_owned())),
+                Resource::QueueArn(arn) => queue(realm.queue_name_from_arn(arn)),
+                Resource::MoveTask(handle) => queue(
+                    self.engine
+                        .move_task(handle)
+                        .await?
+                        .and_then(|task| realm.queue_name_from_arn(&task.source_arn)),
+                ),
+                Resource::TopicArn(arn) => topic(realm.topic_name_from_arn("TopicArn", arn).ok()),
+                Resource::TopicName(name) => topic(name.parse().ok()),
+                Resource::SubscriptionArn(arn) => {
+                    topic(realm.subscription_from_arn(arn).ok().map(|(name, _)| name))
+                }
                 Resource::Listing => None,
-            };
-            queues.extend(queue);
+            });
         }
+        let service = if named.iter().any(|name| matches!(name, Named::Topic(_))) {
+            "sns"
+        } else {
+            "sqs"
+        };
         let denied = |resource: String, because: &str| {
             crate::telemetry::auth_refused(ErrorCode::AccessDenied);
             ApiError::Sqs(SqsError::new(
                 ErrorCode::AccessDenied,
                 format!(
-                    "User: {} is not authorized to perform: sqs:{permission} on resource: \
+                    "User: {} is not authorized to perform: {service}:{permission} on resource: \
                      {resource} because {because}.",
                     self.principal()
                 ),
             ))
         };
+        let arn = |name: &Named| match name {
+            Named::Queue(name) => {
+                format!("arn:aws:sqs:{}:{}:{name}", realm.region, realm.account_id)
+            }
+            Named::Topic(name) => {
+                format!("arn:aws:sns:{}:{}:{name}", realm.region, realm.account_id)
+            }
+        };
         if !self.caller.may_perform(permission) {
-            let resource = queues.first().map_or_else(
-                || "*".to_owned(),
-                |name| format!("arn:aws:sqs:{}:{}:{name}", realm.region, realm.account_id),
-            );
+            let resource = named.first().map_or_else(|| "*".to_owned(), arn);
             return Err(denied(
                 resource,
                 &format!("the key's allow_actions does not include {permission}"),
             ));
         }
-        if let Some(name) = queues.iter().find(|name| !self.caller.may_use_queue(name)) {
-            return Err(denied(
-                format!("arn:aws:sqs:{}:{}:{name}", realm.region, realm.account_id),
-                "the key's allow_queues does not match the queue",
-            ));
+        for name in &named {
+            let (allowed, list) = match name {
+                Named::Queue(queue) => (self.caller.may_use_queue(queue), "allow_queues"),
+                Named::Topic(topic) => (self.caller.may_use_topic(topic), "allow_topics"),
+            };
+            if !allowed {
+                return Err(denied(
+                    arn(name),
+                    &format!("the key's {list} does not match it"),
+                ));
+            }
         }
         Ok(())
     }
@@ -287,4 +344,43 @@ impl Resources for resume_message_move_task::Request {
     fn resources(&self) -> Vec<Resource<'_>> {
         vec![Resource::MoveTask(&self.task_handle)]
     }
+}
+
+/// Implements [`Resources`] for SNS requests, by the field naming what they touch.
+macro_rules! sns_resources {
+    ($($module:ident: |$request:ident| $resources:expr),* $(,)?) => {
+        $(
+            impl Resources for $module::Request {
+                fn resources(&self) -> Vec<Resource<'_>> {
+                    let $request = self;
+                    $resources
+                }
+            }
+        )*
+    };
+}
+
+sns_resources! {
+    create_topic: |request| vec![Resource::TopicName(&request.name)],
+    delete_topic: |request| vec![Resource::TopicArn(&request.topic_arn)],
+    list_topics: |_request| vec![Resource::Listing],
+    get_topic_attributes: |request| vec![Resource::TopicArn(&request.topic_arn)],
+    set_topic_attributes: |request| vec![Resource::TopicArn(&request.topic_arn)],
+    subscribe: |request| vec![Resource::TopicArn(&request.topic_arn)],
+    unsubscribe: |request| vec![Resource::SubscriptionArn(&request.subscription_arn)],
+    list_subscriptions: |_request| vec![Resource::Listing],
+    list_subscriptions_by_topic: |request| vec![Resource::TopicArn(&request.topic_arn)],
+    get_subscription_attributes: |request| vec![Resource::SubscriptionArn(&request.subscription_arn)],
+    set_subscription_attributes: |request| vec![Resource::SubscriptionArn(&request.subscription_arn)],
+    publish: |request| request
+        .topic_arn
+        .as_deref()
+        .or(request.target_arn.as_deref())
+        .map(Resource::TopicArn)
+        .into_iter()
+        .collect(),
+    publish_batch: |request| vec![Resource::TopicArn(&request.topic_arn)],
+    tag_resource: |request| vec![Resource::TopicArn(&request.resource_arn)],
+    untag_resource: |request| vec![Resource::TopicArn(&request.resource_arn)],
+    list_tags_for_resource: |request| vec![Resource::TopicArn(&request.resource_arn)],
 }

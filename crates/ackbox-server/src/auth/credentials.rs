@@ -5,13 +5,14 @@
 //! access_key_id = "AKIDEXAMPLE"
 //! secret_access_key = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
 //! allow_queues = ["orders-*", "payments.fifo"]
-//! allow_actions = ["SendMessage", "ReceiveMessage", "DeleteMessage"]
+//! allow_topics = ["order-events"]
+//! allow_actions = ["SendMessage", "ReceiveMessage", "DeleteMessage", "Publish"]
 //! ```
 //!
-//! Queue patterns are globs over queue names (`*` any run of characters,
-//! `?` one character; `*` alone allows every queue). Action patterns are
-//! globs over IAM-style permission names, case-insensitive as in IAM, with an
-//! optional `sqs:` prefix; as in IAM, a batch action needs the permission of
+//! Queue and topic patterns are globs over queue and topic names (`*` any
+//! run of characters, `?` one character; `*` alone allows every one). Action
+//! patterns are globs over IAM-style permission names, case-insensitive as in
+//! IAM, with an optional `sqs:` or `sns:` prefix; as in IAM, a batch action needs the permission of
 //! its single form (`SendMessageBatch` needs `SendMessage`). Every mistake
 //! is refused when the file is loaded, naming the key and the entry, so a
 //! typo never silently denies (or allows) anything.
@@ -81,13 +82,15 @@ pub enum CredentialsError {
         /// Its secret's length.
         chars: usize,
     },
-    /// A queue pattern with characters no queue name can have.
+    /// A queue or topic pattern with characters no name can have.
     #[error(
-        "allow_queues entry {pattern:?} of {id:?} can match no queue: queue names are letters, digits, '-', '_' and '.fifo', patterns add '*' and '?'"
+        "{list} entry {pattern:?} of {id:?} can match nothing: queue and topic names are letters, digits, '-', '_' and '.fifo', patterns add '*' and '?'"
     )]
     BadQueuePattern {
         /// The key.
         id: String,
+        /// `allow_queues` or `allow_topics`.
+        list: &'static str,
         /// The pattern.
         pattern: String,
     },
@@ -117,6 +120,8 @@ struct KeyEntry {
     secret_access_key: String,
     #[serde(default)]
     allow_queues: Vec<String>,
+    #[serde(default)]
+    allow_topics: Vec<String>,
     #[serde(default)]
     allow_actions: Vec<String>,
 }
@@ -158,6 +163,7 @@ pub struct AccessKey {
     pub access_key_id: String,
     secret_access_key: String,
     queues: Vec<Glob>,
+    topics: Vec<Glob>,
     actions: Vec<Glob>,
 }
 
@@ -167,6 +173,7 @@ impl std::fmt::Debug for AccessKey {
             .field("access_key_id", &self.access_key_id)
             .field("secret_access_key", &"..")
             .field("queues", &self.queues)
+            .field("topics", &self.topics)
             .field("actions", &self.actions)
             .finish()
     }
@@ -181,6 +188,11 @@ impl AccessKey {
     /// Whether the key may use the queue `name`.
     pub fn may_use_queue(&self, name: &str) -> bool {
         self.queues.iter().any(|glob| glob.matches(name))
+    }
+
+    /// Whether the key may use the topic `name`.
+    pub fn may_use_topic(&self, name: &str) -> bool {
+        self.topics.iter().any(|glob| glob.matches(name))
     }
 
     /// Whether the key holds `permission` (an IAM-style name such as `SendMessage`).
@@ -274,21 +286,15 @@ impl TryFrom<KeyEntry> for AccessKey {
         if chars < MIN_SECRET_CHARS {
             return Err(CredentialsError::ShortSecret { id, chars });
         }
-        let mut queues = Vec::new();
-        for pattern in entry.allow_queues {
-            let valid = !pattern.is_empty()
-                && pattern
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '*' | '?'));
-            if !valid {
-                return Err(CredentialsError::BadQueuePattern { id, pattern });
-            }
-            queues.push(Glob(pattern.chars().collect()));
-        }
+        let queues = name_globs(&id, "allow_queues", entry.allow_queues)?;
+        let topics = name_globs(&id, "allow_topics", entry.allow_topics)?;
         let mut actions = Vec::new();
         for pattern in entry.allow_actions {
             let lowered = pattern.to_ascii_lowercase();
-            let bare = lowered.strip_prefix("sqs:").unwrap_or(&lowered);
+            let bare = lowered
+                .strip_prefix("sqs:")
+                .or_else(|| lowered.strip_prefix("sns:"))
+                .unwrap_or(&lowered);
             let glob = Glob(bare.chars().collect());
             let permissions = Action::permissions();
             if !permissions
@@ -307,9 +313,36 @@ impl TryFrom<KeyEntry> for AccessKey {
             access_key_id: id,
             secret_access_key: entry.secret_access_key,
             queues,
+            topics,
             actions,
         })
     }
+}
+
+/// The globs of an `allow_queues` or `allow_topics` list.
+fn name_globs(
+    id: &str,
+    list: &'static str,
+    patterns: Vec<String>,
+) -> Result<Vec<Glob>, CredentialsError> {
+    patterns
+        .into_iter()
+        .map(|pattern| {
+            let valid = !pattern.is_empty()
+                && pattern
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '*' | '?'));
+            if valid {
+                Ok(Glob(pattern.chars().collect()))
+            } else {
+                Err(CredentialsError::BadQueuePattern {
+                    id: id.to_owned(),
+                    list,
+                    pattern,
+                })
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

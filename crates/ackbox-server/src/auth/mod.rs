@@ -51,6 +51,14 @@ impl Caller {
         }
     }
 
+    /// Whether the caller may use the topic `name`.
+    pub fn may_use_topic(&self, name: &str) -> bool {
+        match self {
+            Self::Anonymous => true,
+            Self::Key(key) => key.may_use_topic(name),
+        }
+    }
+
     /// Whether the caller holds the IAM-style `permission`.
     pub fn may_perform(&self, permission: &str) -> bool {
         match self {

@@ -29,8 +29,10 @@ use sha2::{Digest, Sha256};
 
 /// The only algorithm accepted.
 pub const ALGORITHM: &str = "AWS4-HMAC-SHA256";
-/// The service every credential scope must name.
+/// The service presigned URLs are scoped to.
 pub const SERVICE: &str = "sqs";
+/// The services a credential scope may name: this port answers SQS and SNS.
+pub const SERVICES: &[&str] = &["sqs", "sns"];
 /// How far a signature's time may be from the server's, either way.
 pub const MAX_CLOCK_SKEW_MS: i64 = 5 * 60 * 1_000;
 /// The longest validity a presigned URL may ask for (seven days, as AWS).
@@ -329,12 +331,12 @@ fn build(
 }
 
 impl Signature {
-    /// Checks the credential scope: this server's region, the `sqs`
-    /// service, and the date of the signing time.
+    /// Checks the credential scope: this server's region, the `sqs` or
+    /// `sns` service, and the date of the signing time.
     pub fn check_scope(&self, region: &str) -> Result<(), SqsError> {
-        if self.service != SERVICE {
+        if !SERVICES.contains(&self.service.as_str()) {
             return Err(mismatch(format!(
-                "Credential should be scoped to correct service: '{SERVICE}', not '{}'.",
+                "Credential should be scoped to correct service: 'sqs' or 'sns', not '{}'.",
                 self.service
             )));
         }

@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
-use crate::operation::Action;
+use crate::operation::{Action, Service};
 
 pub mod json;
 pub mod query;
@@ -21,8 +21,10 @@ pub mod query;
 pub enum Protocol {
     /// AWS JSON 1.0.
     Json,
-    /// The AWS query protocol (form-encoded, XML responses).
-    Query,
+    /// The AWS query protocol (form-encoded, XML responses), in the XML
+    /// namespace and error codes of the service the action belongs to
+    /// (SQS's until the action is known).
+    Query(Service),
 }
 
 impl Protocol {
@@ -32,7 +34,15 @@ impl Protocol {
         if json::is_json_request(headers) {
             Self::Json
         } else {
-            Self::Query
+            Self::Query(Service::Sqs)
+        }
+    }
+
+    /// The protocol answering an action of `service`.
+    pub fn for_service(self, service: Service) -> Self {
+        match self {
+            Self::Json => Self::Json,
+            Self::Query(_) => Self::Query(service),
         }
     }
 
@@ -40,7 +50,7 @@ impl Protocol {
     pub fn encode<T: Serialize>(self, action: Action, response: &T, request_id: &str) -> Response {
         match self {
             Self::Json => json::respond(response),
-            Self::Query => query::respond(action, response, request_id),
+            Self::Query(_) => query::respond(action, response, request_id),
         }
     }
 
@@ -48,7 +58,7 @@ impl Protocol {
     pub fn render_error(self, error: &SqsError, request_id: &str) -> Response {
         match self {
             Self::Json => json::render_error(error),
-            Self::Query => query::render_error(error, request_id),
+            Self::Query(service) => query::render_error(service, error, request_id),
         }
     }
 }
@@ -75,7 +85,7 @@ impl Parameters {
     pub fn protocol(&self) -> Protocol {
         match self {
             Self::Json(_) => Protocol::Json,
-            Self::Query(_) => Protocol::Query,
+            Self::Query(_) => Protocol::Query(Service::Sqs),
         }
     }
 

@@ -24,10 +24,19 @@ use serde_json::Value;
 use ackbox_core::error::{ErrorCode, SqsError};
 
 use crate::error::ApiError;
-use crate::operation::Action;
+use crate::operation::{Action, Service};
 
-/// The namespace of every query-protocol response.
+/// The namespace of every SQS query-protocol response.
 pub const XML_NAMESPACE: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
+/// The namespace of every SNS response.
+pub const SNS_XML_NAMESPACE: &str = "http://sns.amazonaws.com/doc/2010-03-31/";
+
+fn xml_namespace(service: Service) -> &'static str {
+    match service {
+        Service::Sqs => XML_NAMESPACE,
+        Service::Sns => SNS_XML_NAMESPACE,
+    }
+}
 /// The content type of query-protocol responses.
 pub const CONTENT_TYPE: &str = "text/xml";
 
@@ -142,10 +151,14 @@ enum Node {
 
 fn structure(action: Action, form: Form, path: &str) -> Result<Vec<(String, Node)>, SqsError> {
     let mut members = Vec::with_capacity(form.members.len());
+    // SQS flattens its lists and maps under names of its own; SNS wraps
+    // them (`node`) and keeps every name as it is.
+    let flattened = action.service() == Service::Sqs;
     for (name, member) in form.members {
         let lower_case_tags = name == "Tag" && action == Action::CreateQueue;
         if let Some((_, json, key)) = MAPS
             .iter()
+            .filter(|_| flattened)
             .find(|(query, json, _)| *query == name && (*json == "tags") == lower_case_tags)
         {
             let member_path = format!("{path}{name}");
@@ -167,9 +180,13 @@ fn structure(action: Action, form: Form, path: &str) -> Result<Vec<(String, Node
             members.push(((*json).to_owned(), Node::Struct(map)));
         } else if let Some(json) = REQUEST_LISTS
             .iter()
+            .filter(|_| flattened)
             .find(|(query, _)| *query == name)
             .map(|(_, json)| *json)
-            .or((name.strip_suffix("RequestEntry") == Some(action.name())).then_some("Entries"))
+            .or(
+                (flattened && name.strip_suffix("RequestEntry") == Some(action.name()))
+                    .then_some("Entries"),
+            )
         {
             let member_path = format!("{path}{name}");
             let items = indexed(member, &member_path)?
@@ -189,10 +206,56 @@ fn structure(action: Action, form: Form, path: &str) -> Result<Vec<(String, Node
 /// name a parameter at fault) is built only then.
 fn node(action: Action, form: Form, path: impl FnOnce() -> String) -> Result<Node, SqsError> {
     if form.members.is_empty() {
-        Ok(Node::Text(form.text.unwrap_or_default()))
-    } else {
-        structure(action, form, &path()).map(Node::Struct)
+        return Ok(Node::Text(form.text.unwrap_or_default()));
     }
+    wrapped_or_structure(action, form, &path())
+}
+
+/// A structure, or one of SNS's wrapped lists (`Tags.member.N`) and maps
+/// (`Attributes.entry.N.key`). Not generic, so that `node`'s recursion
+/// through it instantiates one closure type, not one per level.
+fn wrapped_or_structure(action: Action, mut form: Form, path: &str) -> Result<Node, SqsError> {
+    if form.members.len() == 1 {
+        if let Some(items) = form.members.remove("member") {
+            let member_path = format!("{path}member");
+            return indexed(items, &member_path)?
+                .into_iter()
+                .map(|(index, item)| node(action, item, || format!("{member_path}.{index}.")))
+                .collect::<Result<_, _>>()
+                .map(Node::List);
+        }
+        if let Some(entries) = form.members.remove("entry") {
+            return wrapped_map(action, entries, &format!("{path}entry")).map(Node::Struct);
+        }
+    }
+    structure(action, form, path).map(Node::Struct)
+}
+
+/// The entries of an SNS map: `N.key`/`N.value`, or `N.Name`/`N.Value`
+/// for message attributes.
+fn wrapped_map(action: Action, entries: Form, path: &str) -> Result<Vec<(String, Node)>, SqsError> {
+    let mut map = Vec::with_capacity(entries.members.len());
+    for (index, mut entry) in indexed(entries, path)? {
+        let (key_name, value_name) = if entry.members.contains_key("Name") {
+            ("Name", "Value")
+        } else {
+            ("key", "value")
+        };
+        let key = entry
+            .members
+            .remove(key_name)
+            .and_then(|key| key.text)
+            .ok_or_else(|| SqsError::missing_parameter(&format!("{path}.{index}.{key_name}")))?;
+        let value = entry
+            .members
+            .remove(value_name)
+            .ok_or_else(|| SqsError::missing_parameter(&format!("{path}.{index}.{value_name}")))?;
+        map.push((
+            key,
+            node(action, value, || format!("{path}.{index}.{value_name}."))?,
+        ));
+    }
+    Ok(map)
 }
 
 /// The items of a flattened list or map (`Name.1`, `Name.2`, …) in index
@@ -326,14 +389,15 @@ pub fn respond<T: Serialize>(action: Action, response: &T, request_id: &str) -> 
         Ok(value) => xml_response(StatusCode::OK, document(action, &value, request_id)),
         Err(error) => {
             tracing::error!(%error, "response serialization failed");
-            render_error(&SqsError::internal(), request_id)
+            render_error(action.service(), &SqsError::internal(), request_id)
         }
     }
 }
 
 fn document(action: Action, value: &Value, request_id: &str) -> String {
     let name = action.name();
-    let mut xml = format!("<?xml version=\"1.0\"?><{name}Response xmlns=\"{XML_NAMESPACE}\">");
+    let namespace = xml_namespace(action.service());
+    let mut xml = format!("<?xml version=\"1.0\"?><{name}Response xmlns=\"{namespace}\">");
     // Actions without output in the SQS model answer with metadata only;
     // clients look for the result element of every other action.
     if has_result(action) {
@@ -359,20 +423,35 @@ fn has_result(action: Action) -> bool {
             | Action::SetQueueAttributes
             | Action::TagQueue
             | Action::UntagQueue
+            | Action::DeleteTopic
+            | Action::SetTopicAttributes
+            | Action::Unsubscribe
+            | Action::SetSubscriptionAttributes
     )
 }
 
-/// The query rendering of an SQS error.
-pub fn render_error(error: &SqsError, request_id: &str) -> Response {
+/// The query rendering of an error of `service`'s API.
+pub fn render_error(service: Service, error: &SqsError, request_id: &str) -> Response {
     xml_response(
         super::error_status(error.code),
-        error_document(error, request_id),
+        error_document(service, error, request_id),
     )
 }
 
-fn error_document(error: &SqsError, request_id: &str) -> String {
+/// An error code as `service` spells it: SNS's batch codes lack SQS's
+/// `AWS.SimpleQueueService.` prefix.
+pub fn service_code(service: Service, code: ErrorCode) -> &'static str {
+    let code = code.query_code();
+    match service {
+        Service::Sqs => code,
+        Service::Sns => code.strip_prefix("AWS.SimpleQueueService.").unwrap_or(code),
+    }
+}
+
+fn error_document(service: Service, error: &SqsError, request_id: &str) -> String {
     let code = error.code;
     let fault = super::error_fault(code);
+    let namespace = xml_namespace(service);
     // The query protocol's text for a missing queue, as SQS words it.
     let message = if code == ErrorCode::QueueDoesNotExist {
         "The specified queue does not exist for this wsdl version."
@@ -380,10 +459,10 @@ fn error_document(error: &SqsError, request_id: &str) -> String {
         &error.message
     };
     format!(
-        "<?xml version=\"1.0\"?><ErrorResponse xmlns=\"{XML_NAMESPACE}\"><Error><Type>{fault}</Type>\
+        "<?xml version=\"1.0\"?><ErrorResponse xmlns=\"{namespace}\"><Error><Type>{fault}</Type>\
          <Code>{}</Code><Message>{}</Message><Detail/></Error><RequestId>{}</RequestId>\
          </ErrorResponse>",
-        escape(code.query_code()),
+        escape(service_code(service, code)),
         escape(message),
         escape(request_id)
     )
@@ -408,6 +487,9 @@ fn write_members(xml: &mut String, action: Action, value: &Value) {
 /// One member of a structure: lists and maps are flattened into repeated
 /// elements, as the SQS query model declares every one of them.
 fn write_member(xml: &mut String, action: Action, name: &str, value: &Value) {
+    if action.service() == Service::Sns {
+        return write_wrapped_member(xml, action, name, value);
+    }
     match value {
         Value::Array(items) => {
             let successful = format!("{}ResultEntry", action.name());
@@ -459,6 +541,33 @@ fn write_element(xml: &mut String, action: Action, name: &str, value: &Value) {
         }
     }
 }
+
+/// One member of an SNS structure: lists wrap their items in `member`,
+/// maps their entries in `entry` (`key`, `value`).
+fn write_wrapped_member(xml: &mut String, action: Action, name: &str, value: &Value) {
+    match value {
+        Value::Array(items) => {
+            let _ = write!(xml, "<{name}>");
+            for item in items {
+                write_element(xml, action, "member", item);
+            }
+            let _ = write!(xml, "</{name}>");
+        }
+        Value::Object(entries) if SNS_MAPS.contains(&name) => {
+            let _ = write!(xml, "<{name}>");
+            for (entry_key, entry_value) in entries {
+                let _ = write!(xml, "<entry><key>{}</key>", escape(entry_key));
+                write_element(xml, action, "value", entry_value);
+                let _ = write!(xml, "</entry>");
+            }
+            let _ = write!(xml, "</{name}>");
+        }
+        _ => write_element(xml, action, name, value),
+    }
+}
+
+/// The members of SNS responses that are maps; every other object is a structure.
+const SNS_MAPS: &[&str] = &["Attributes"];
 
 /// Escapes XML text. A carriage return is written as a character reference
 /// because XML parsers turn a literal one into a line feed, and the body's
@@ -595,7 +704,7 @@ mod tests {
             "The specified queue does not exist.",
         );
         assert_eq!(
-            error_document(&error, "rid"),
+            error_document(Service::Sqs, &error, "rid"),
             "<?xml version=\"1.0\"?><ErrorResponse \
              xmlns=\"http://queue.amazonaws.com/doc/2012-11-05/\"><Error><Type>Sender</Type>\
              <Code>AWS.SimpleQueueService.NonExistentQueue</Code><Message>The specified queue \
@@ -603,7 +712,7 @@ mod tests {
              <RequestId>rid</RequestId></ErrorResponse>"
         );
         assert_eq!(
-            render_error(&error, "rid").status(),
+            render_error(Service::Sqs, &error, "rid").status(),
             StatusCode::BAD_REQUEST
         );
     }

@@ -12,6 +12,7 @@ mod long_poll;
 mod messages;
 mod parity;
 mod queues;
+mod topics;
 
 use std::time::{Duration, Instant};
 

@@ -47,6 +47,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "fair_queues",
         include_str!("../../../migrations/postgres/0007_fair_queues.sql"),
     ),
+    (
+        8,
+        "topics",
+        include_str!("../../../migrations/postgres/0008_topics.sql"),
+    ),
 ];
 
 /// Scopes the migration lock to the schema being migrated.

@@ -55,7 +55,7 @@ use crate::store::{
     MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams,
     NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome,
     QueuePurgeParams, QueueRecord, QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome,
-    Store, StoreError, StoreEvent, StoredMessage,
+    Store, StoreError, StoreEvent, StoredMessage, TopicRecord,
 };
 
 mod announce;
@@ -72,6 +72,7 @@ mod relocate;
 mod rows;
 mod send_group;
 mod sweep;
+mod topic;
 
 use announce::Announcer;
 use database_error::postgres_error;
@@ -482,6 +483,27 @@ impl Store for PostgresStore {
         Ok(inserted)
     }
 
+    async fn message_insert_atomic(
+        &self,
+        batches: Vec<MessageInsertParams>,
+    ) -> Result<Vec<Vec<InsertedMessage>>, StoreError> {
+        let inserted = in_transaction!(self.pool, "message_insert_atomic", |connection| {
+            async {
+                let mut inserted = Vec::with_capacity(batches.len());
+                for params in &batches {
+                    inserted.push(message::message_insert_batch(&mut *connection, params).await?);
+                }
+                Ok::<_, StoreError>(inserted)
+            }
+        })?;
+        for (params, messages) in batches.iter().zip(&inserted) {
+            if messages.iter().any(|message| !message.duplicate) {
+                self.announcer.announce(params.queue_id);
+            }
+        }
+        Ok(inserted)
+    }
+
     async fn message_receive(
         &self,
         params: MessageReceiveParams,
@@ -632,6 +654,27 @@ impl Store for PostgresStore {
         in_transaction!(self.pool, "message_sweep_left_behind", |connection| {
             sweep::message_sweep_left_behind(connection, limit)
         })
+    }
+
+    async fn topic_list(&self) -> Result<Vec<TopicRecord>, StoreError> {
+        topic::topic_list(&self.pool).await
+    }
+
+    async fn topic_get(&self, name: &str) -> Result<Option<TopicRecord>, StoreError> {
+        topic::topic_get(&self.pool, name).await
+    }
+
+    async fn topic_write(
+        &self,
+        name: &str,
+        definition: String,
+        revision: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        topic::topic_write(&self.pool, name, &definition, revision).await
+    }
+
+    async fn topic_delete(&self, name: &str) -> Result<bool, StoreError> {
+        topic::topic_delete(&self.pool, name).await
     }
 
     async fn close(&self) -> Result<(), StoreError> {

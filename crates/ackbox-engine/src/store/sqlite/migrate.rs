@@ -45,6 +45,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "fair_queues",
         include_str!("../../../migrations/sqlite/0007_fair_queues.sql"),
     ),
+    (
+        8,
+        "topics",
+        include_str!("../../../migrations/sqlite/0008_topics.sql"),
+    ),
 ];
 
 fn database_error(operation: &'static str) -> impl FnOnce(rusqlite::Error) -> StoreError {

@@ -22,7 +22,7 @@ use crate::store::{
     MoveTaskCreateParams, MoveTaskFilter, MoveTaskRecord, MoveTaskStepOutcome, MoveTaskStepParams,
     NackOutcome, QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome,
     QueuePurgeParams, QueueRecord, QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveOutcome,
-    Store, StoreError, StoredMessage,
+    Store, StoreError, StoredMessage, TopicRecord,
 };
 
 mod checkpoint;
@@ -38,6 +38,7 @@ mod receive;
 mod relocate;
 mod rows;
 mod sweep;
+mod topic;
 mod writer;
 
 pub use writer::Durability;
@@ -536,6 +537,23 @@ impl Store for SqliteStore {
             .await
     }
 
+    async fn message_insert_atomic(
+        &self,
+        batches: Vec<MessageInsertParams>,
+    ) -> Result<Vec<Vec<InsertedMessage>>, StoreError> {
+        self.refuse_send_while_full()?;
+        // One job: its savepoint undoes every queue's rows if one fails.
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                batches
+                    .iter()
+                    .map(|params| message::message_insert_batch(connection, params))
+                    .collect()
+            })
+            .await
+    }
+
     async fn message_receive(
         &self,
         params: MessageReceiveParams,
@@ -753,6 +771,41 @@ impl Store for SqliteStore {
 
     fn disk_full(&self) -> bool {
         self.inner.writer.disk_full() || self.inner.reserve.refusing_sends()
+    }
+
+    async fn topic_list(&self) -> Result<Vec<TopicRecord>, StoreError> {
+        self.read(topic::topic_list).await
+    }
+
+    async fn topic_get(&self, name: &str) -> Result<Option<TopicRecord>, StoreError> {
+        let name = name.to_owned();
+        self.read(move |connection| topic::topic_get(connection, &name))
+            .await
+    }
+
+    async fn topic_write(
+        &self,
+        name: &str,
+        definition: String,
+        revision: Option<i64>,
+    ) -> Result<bool, StoreError> {
+        let name = name.to_owned();
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                topic::topic_write(connection, &name, &definition, revision)
+            })
+            .await
+    }
+
+    async fn topic_delete(&self, name: &str) -> Result<bool, StoreError> {
+        let name = name.to_owned();
+        self.inner
+            .writer
+            .submit(Commit::Durable, move |connection| {
+                topic::topic_delete(connection, &name)
+            })
+            .await
     }
 
     async fn close(&self) -> Result<(), StoreError> {

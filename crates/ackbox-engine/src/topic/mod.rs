@@ -1,0 +1,628 @@
+//! Topics, SNS-compatible: what a topic is, its subscriptions, and the
+//! changes clients make to them. Publishing is `publish.rs`'s, the SNS
+//! envelope `envelope.rs`'s.
+//!
+//! A topic is stored whole — attributes, tags and subscriptions — as one
+//! definition with a revision ([`TopicRecord`]); every change reads it,
+//! changes it and writes it back over the revision it read, so that two
+//! changes at once (on two nodes, say) are applied one after the other and
+//! neither is lost.
+
+use std::collections::BTreeMap;
+
+use ackbox_core::clock::Timestamp;
+use ackbox_core::error::SqsError;
+use ackbox_core::limits::{MAX_MESSAGE_SIZE, MIN_MESSAGE_SIZE_ATTRIBUTE};
+use ackbox_core::queue_name::QueueName;
+use ackbox_core::topic_name::TopicName;
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Engine, validate_tags};
+use crate::error::EngineError;
+use crate::store::{StoreError, TopicRecord};
+
+mod envelope;
+mod publish;
+
+pub use publish::{PublishEntry, Published};
+
+/// The largest message a topic takes unless its `MaximumMessageSize` says
+/// otherwise (SNS's default, 256 KiB).
+pub const DEFAULT_TOPIC_MESSAGE_SIZE: u32 = 262_144;
+/// Subscriptions one topic may have. A topic is stored and read whole, so
+/// this bounds what every publish reads.
+pub const MAX_SUBSCRIPTIONS_PER_TOPIC: usize = 1_000;
+/// Topics or subscriptions one listing page holds (SNS's page size).
+pub const LIST_PAGE_SIZE: usize = 100;
+/// How often a change is tried again when another change to the same
+/// topic came first.
+const MAX_REVISION_RACES: u32 = 16;
+
+/// The protocols a subscription may use.
+pub const SQS_PROTOCOL: &str = "sqs";
+/// The subscription attribute that delivers the message alone, not the envelope.
+pub const RAW_MESSAGE_DELIVERY: &str = "RawMessageDelivery";
+
+/// A topic as the store keeps it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct TopicDefinition {
+    pub(crate) created_at: Timestamp,
+    #[serde(default)]
+    pub(crate) attributes: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(crate) tags: BTreeMap<String, String>,
+    #[serde(default)]
+    pub(crate) subscriptions: Vec<SubscriptionDefinition>,
+}
+
+/// One subscription of a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct SubscriptionDefinition {
+    pub(crate) id: String,
+    pub(crate) protocol: String,
+    pub(crate) endpoint: String,
+    #[serde(default)]
+    pub(crate) attributes: BTreeMap<String, String>,
+}
+
+impl SubscriptionDefinition {
+    pub(crate) fn raw_message_delivery(&self) -> bool {
+        self.attributes
+            .get(RAW_MESSAGE_DELIVERY)
+            .is_some_and(|raw| raw.eq_ignore_ascii_case("true"))
+    }
+}
+
+impl TopicDefinition {
+    fn decode(record: &TopicRecord) -> Result<Self, StoreError> {
+        serde_json::from_str(&record.definition).map_err(|error| StoreError::Corrupt {
+            detail: format!(
+                "topic {}'s definition does not decode: {error}",
+                record.name
+            ),
+        })
+    }
+
+    fn encode(&self) -> String {
+        serde_json::to_string(self).expect("a topic definition always encodes")
+    }
+
+    /// The largest message (body and attributes) the topic takes.
+    pub(crate) fn maximum_message_size(&self) -> usize {
+        self.attributes
+            .get("MaximumMessageSize")
+            .and_then(|size| size.parse().ok())
+            .unwrap_or(DEFAULT_TOPIC_MESSAGE_SIZE) as usize
+    }
+}
+
+/// A subscription as listings show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionSummary {
+    /// `SubscriptionArn`.
+    pub subscription_arn: String,
+    /// The account that owns it.
+    pub owner: String,
+    /// `sqs`, …
+    pub protocol: String,
+    /// Where it delivers: a queue ARN for `sqs`.
+    pub endpoint: String,
+    /// The topic it belongs to.
+    pub topic_arn: String,
+}
+
+/// Checks one topic attribute a client sets (at creation or later).
+fn validate_topic_attribute(name: &str, value: &str, creating: bool) -> Result<(), SqsError> {
+    let invalid =
+        |reason: String| SqsError::sns_invalid_parameter(&format!("Attributes.{name}"), reason);
+    match name {
+        "DisplayName" if value.chars().count() > 100 => Err(invalid(format!(
+            "a display name is at most 100 characters; got {}.",
+            value.chars().count()
+        ))),
+        "DisplayName" | "KmsMasterKeyId" => Ok(()),
+        "Policy" | "DeliveryPolicy" | "DataProtectionPolicy" => {
+            match serde_json::from_str::<serde_json::Value>(value) {
+                Ok(serde_json::Value::Object(_)) => Ok(()),
+                _ => Err(invalid(format!("{value:?} is not a JSON object."))),
+            }
+        }
+        "SignatureVersion" if matches!(value, "1" | "2") => Ok(()),
+        "SignatureVersion" => Err(invalid(format!("{value:?} must be 1 or 2."))),
+        "TracingConfig" if matches!(value, "PassThrough" | "Active") => Ok(()),
+        "TracingConfig" => Err(invalid(format!("{value:?} must be PassThrough or Active."))),
+        "MaximumMessageSize" => match value.parse::<u32>() {
+            Ok(size) if (MIN_MESSAGE_SIZE_ATTRIBUTE..=MAX_MESSAGE_SIZE).contains(&size) => Ok(()),
+            _ => Err(invalid(format!(
+                "{value:?} must be a whole number of bytes from {MIN_MESSAGE_SIZE_ATTRIBUTE} to \
+                 {MAX_MESSAGE_SIZE}."
+            ))),
+        },
+        "FifoTopic" if creating && value.eq_ignore_ascii_case("false") => Ok(()),
+        "FifoTopic" | "ContentBasedDeduplication" | "FifoThroughputScope" => Err(invalid(
+            "FIFO topics are not available in this version of ackbox; create a standard topic."
+                .to_owned(),
+        )),
+        other => Err(SqsError::sns_invalid_parameter(
+            "AttributeName",
+            format_args!(
+                "{other:?} is not a topic attribute ackbox sets (DisplayName, Policy, \
+                 DeliveryPolicy, DataProtectionPolicy, KmsMasterKeyId, SignatureVersion, \
+                 TracingConfig, MaximumMessageSize)."
+            ),
+        )),
+    }
+}
+
+/// Checks one subscription attribute a client sets.
+fn validate_subscription_attribute(name: &str, value: &str) -> Result<(), SqsError> {
+    match name {
+        RAW_MESSAGE_DELIVERY
+            if value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false") =>
+        {
+            Ok(())
+        }
+        RAW_MESSAGE_DELIVERY => Err(SqsError::sns_invalid_parameter(
+            "Attributes.RawMessageDelivery",
+            format_args!("{value:?} must be true or false."),
+        )),
+        other => Err(SqsError::sns_invalid_parameter(
+            "AttributeName",
+            format_args!(
+                "{other:?} is not a subscription attribute this version of ackbox sets \
+                 (RawMessageDelivery)."
+            ),
+        )),
+    }
+}
+
+impl Engine {
+    fn topic_name(&self, topic_arn: &str) -> Result<TopicName, SqsError> {
+        self.realm().topic_name_from_arn("TopicArn", topic_arn)
+    }
+
+    /// The topic `name` and the revision read, or `NotFound`.
+    pub(crate) async fn topic_definition(
+        &self,
+        name: &TopicName,
+    ) -> Result<(TopicDefinition, i64), EngineError> {
+        let record = self
+            .inner
+            .store
+            .topic_get(name.as_str())
+            .await?
+            .ok_or_else(|| SqsError::sns_not_found("Topic"))?;
+        Ok((TopicDefinition::decode(&record)?, record.revision))
+    }
+
+    /// Applies `change` to topic `name` and stores the result over the
+    /// revision it read, reading again when another change came first.
+    async fn change_topic<T>(
+        &self,
+        name: &TopicName,
+        mut change: impl FnMut(&mut TopicDefinition) -> Result<T, SqsError>,
+    ) -> Result<T, EngineError> {
+        for _ in 0..MAX_REVISION_RACES {
+            let (mut definition, revision) = self.topic_definition(name).await?;
+            let answer = change(&mut definition)?;
+            if self
+                .inner
+                .store
+                .topic_write(name.as_str(), definition.encode(), Some(revision))
+                .await?
+            {
+                return Ok(answer);
+            }
+        }
+        Err(StoreError::Unavailable {
+            reason: "a topic kept changing under this change; retry",
+        }
+        .into())
+    }
+
+    /// CreateTopic: the topic's ARN, new or existing (an existing topic
+    /// asked for with other attributes is refused, as SNS does).
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        attributes: &BTreeMap<String, String>,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<String, EngineError> {
+        let name: TopicName = name.parse()?;
+        if name.is_fifo() {
+            return Err(SqsError::sns_invalid_parameter(
+                "Name",
+                format_args!(
+                    "{name} names a FIFO topic; FIFO topics are not available in this version of \
+                     ackbox."
+                ),
+            )
+            .into());
+        }
+        for (attribute, value) in attributes {
+            validate_topic_attribute(attribute, value, true)?;
+        }
+        validate_tags(tags)?;
+        let arn = self.realm().topic_arn(&name);
+        let mut settings = attributes.clone();
+        settings.remove("FifoTopic");
+        let definition = TopicDefinition {
+            created_at: self.now(),
+            attributes: settings.clone(),
+            tags: tags.clone(),
+            subscriptions: Vec::new(),
+        };
+        if self
+            .inner
+            .store
+            .topic_write(name.as_str(), definition.encode(), None)
+            .await?
+        {
+            return Ok(arn);
+        }
+        let (existing, _) = self.topic_definition(&name).await?;
+        let differs = settings
+            .iter()
+            .any(|(attribute, value)| existing.attributes.get(attribute) != Some(value));
+        if differs {
+            return Err(SqsError::sns_invalid_parameter(
+                "Attributes",
+                "Topic already exists with different attributes",
+            )
+            .into());
+        }
+        Ok(arn)
+    }
+
+    /// DeleteTopic: the topic and its subscriptions. Deleting a topic that
+    /// does not exist succeeds, as in SNS.
+    pub async fn delete_topic(&self, topic_arn: &str) -> Result<(), EngineError> {
+        let name = self.topic_name(topic_arn)?;
+        self.inner.store.topic_delete(name.as_str()).await?;
+        Ok(())
+    }
+
+    /// ListTopics: every topic's ARN, in name order.
+    pub async fn list_topics(&self) -> Result<Vec<String>, EngineError> {
+        let realm = self.realm();
+        let records = self.inner.store.topic_list().await?;
+        Ok(records
+            .into_iter()
+            .filter_map(|record| record.name.parse::<TopicName>().ok())
+            .map(|name| realm.topic_arn(&name))
+            .collect())
+    }
+
+    /// GetTopicAttributes: what SNS reports, with the defaults of what was
+    /// never set.
+    pub async fn topic_attributes(
+        &self,
+        topic_arn: &str,
+    ) -> Result<BTreeMap<String, String>, EngineError> {
+        let name = self.topic_name(topic_arn)?;
+        let (definition, _) = self.topic_definition(&name).await?;
+        let realm = self.realm();
+        let arn = realm.topic_arn(&name);
+        let mut attributes = definition.attributes.clone();
+        attributes
+            .entry("Policy".to_owned())
+            .or_insert_with(|| default_policy(&arn, &realm.account_id));
+        attributes.entry("DisplayName".to_owned()).or_default();
+        attributes.insert(
+            "EffectiveDeliveryPolicy".to_owned(),
+            attributes
+                .get("DeliveryPolicy")
+                .cloned()
+                .unwrap_or_else(|| DEFAULT_DELIVERY_POLICY.to_owned()),
+        );
+        attributes.insert(
+            "SubscriptionsConfirmed".to_owned(),
+            definition.subscriptions.len().to_string(),
+        );
+        attributes.insert("SubscriptionsPending".to_owned(), "0".to_owned());
+        attributes.insert("SubscriptionsDeleted".to_owned(), "0".to_owned());
+        attributes.insert("Owner".to_owned(), realm.account_id.clone());
+        attributes.insert("TopicArn".to_owned(), arn);
+        Ok(attributes)
+    }
+
+    /// SetTopicAttributes: one attribute.
+    pub async fn set_topic_attribute(
+        &self,
+        topic_arn: &str,
+        attribute: &str,
+        value: &str,
+    ) -> Result<(), EngineError> {
+        let name = self.topic_name(topic_arn)?;
+        validate_topic_attribute(attribute, value, false)?;
+        self.change_topic(&name, |definition| {
+            definition
+                .attributes
+                .insert(attribute.to_owned(), value.to_owned());
+            Ok(())
+        })
+        .await
+    }
+
+    /// TagResource on a topic.
+    pub async fn tag_topic(
+        &self,
+        topic_arn: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), EngineError> {
+        let name = self.realm().topic_name_from_arn("ResourceArn", topic_arn)?;
+        self.change_topic(&name, |definition| {
+            let mut merged = definition.tags.clone();
+            merged.extend(tags.iter().map(|(key, value)| (key.clone(), value.clone())));
+            validate_tags(&merged)?;
+            definition.tags = merged;
+            Ok(())
+        })
+        .await
+    }
+
+    /// UntagResource on a topic.
+    pub async fn untag_topic(&self, topic_arn: &str, keys: &[String]) -> Result<(), EngineError> {
+        let name = self.realm().topic_name_from_arn("ResourceArn", topic_arn)?;
+        self.change_topic(&name, |definition| {
+            for key in keys {
+                definition.tags.remove(key);
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// ListTagsForResource on a topic.
+    pub async fn topic_tags(
+        &self,
+        topic_arn: &str,
+    ) -> Result<BTreeMap<String, String>, EngineError> {
+        let name = self.realm().topic_name_from_arn("ResourceArn", topic_arn)?;
+        Ok(self.topic_definition(&name).await?.0.tags)
+    }
+
+    /// Subscribe: the subscription's ARN, new or — for the same protocol,
+    /// endpoint and attributes — existing.
+    pub async fn subscribe(
+        &self,
+        topic_arn: &str,
+        protocol: &str,
+        endpoint: Option<&str>,
+        attributes: &BTreeMap<String, String>,
+    ) -> Result<String, EngineError> {
+        let name = self.topic_name(topic_arn)?;
+        if protocol != SQS_PROTOCOL {
+            return Err(SqsError::sns_invalid_parameter(
+                "Protocol",
+                format_args!(
+                    "{protocol:?} is not a protocol this version of ackbox delivers to; it \
+                     delivers to sqs (an ackbox queue's ARN)."
+                ),
+            )
+            .into());
+        }
+        let endpoint = endpoint.ok_or_else(|| {
+            SqsError::sns_invalid_parameter(
+                "Endpoint",
+                "an sqs subscription needs the queue's ARN.",
+            )
+        })?;
+        let queue = self.subscribed_queue(endpoint)?;
+        if queue.is_fifo() {
+            return Err(SqsError::sns_invalid_parameter(
+                "Endpoint",
+                format_args!(
+                    "{endpoint} is a FIFO queue; FIFO SQS queues can not be subscribed to standard \
+                     SNS topics."
+                ),
+            )
+            .into());
+        }
+        for (attribute, value) in attributes {
+            validate_subscription_attribute(attribute, value)?;
+        }
+        let fresh_id = uuid::Uuid::new_v4().to_string();
+        let id = self
+            .change_topic(&name, |definition| {
+                if let Some(existing) = definition.subscriptions.iter().find(|subscription| {
+                    subscription.protocol == protocol && subscription.endpoint == endpoint
+                }) {
+                    let differs = attributes.iter().any(|(attribute, value)| {
+                        existing.attributes.get(attribute) != Some(value)
+                    });
+                    return if differs {
+                        Err(SqsError::sns_invalid_parameter(
+                            "Attributes",
+                            "Subscription already exists with different attributes",
+                        ))
+                    } else {
+                        Ok(existing.id.clone())
+                    };
+                }
+                if definition.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_TOPIC {
+                    return Err(SqsError::sns_invalid_parameter(
+                        "TopicArn",
+                        format_args!(
+                            "the topic has {MAX_SUBSCRIPTIONS_PER_TOPIC} subscriptions, as many as \
+                             one topic may have."
+                        ),
+                    ));
+                }
+                definition.subscriptions.push(SubscriptionDefinition {
+                    id: fresh_id.clone(),
+                    protocol: protocol.to_owned(),
+                    endpoint: endpoint.to_owned(),
+                    attributes: attributes.clone(),
+                });
+                Ok(fresh_id.clone())
+            })
+            .await?;
+        Ok(self.realm().subscription_arn(&name, &id))
+    }
+
+    /// The queue an sqs subscription's endpoint names.
+    fn subscribed_queue(&self, endpoint: &str) -> Result<QueueName, SqsError> {
+        self.realm().queue_name_from_arn(endpoint).ok_or_else(|| {
+            SqsError::sns_invalid_parameter(
+                "Endpoint",
+                format_args!(
+                    "{endpoint:?} is not the ARN of a queue of this server (arn:aws:sqs:{}:{}:<name>).",
+                    self.realm().region,
+                    self.realm().account_id
+                ),
+            )
+        })
+    }
+
+    /// Unsubscribe. A subscription already gone succeeds, as in SNS.
+    pub async fn unsubscribe(&self, subscription_arn: &str) -> Result<(), EngineError> {
+        let (name, id) = self.realm().subscription_from_arn(subscription_arn)?;
+        match self
+            .change_topic(&name, |definition| {
+                definition
+                    .subscriptions
+                    .retain(|subscription| subscription.id != id);
+                Ok(())
+            })
+            .await
+        {
+            Err(EngineError::Sqs(error))
+                if error.code == ackbox_core::error::ErrorCode::NotFound =>
+            {
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// ListSubscriptions (every topic) or ListSubscriptionsByTopic.
+    pub async fn list_subscriptions(
+        &self,
+        topic_arn: Option<&str>,
+    ) -> Result<Vec<SubscriptionSummary>, EngineError> {
+        let records = match topic_arn {
+            Some(arn) => {
+                let name = self.topic_name(arn)?;
+                vec![
+                    self.inner
+                        .store
+                        .topic_get(name.as_str())
+                        .await?
+                        .ok_or_else(|| SqsError::sns_not_found("Topic"))?,
+                ]
+            }
+            None => self.inner.store.topic_list().await?,
+        };
+        let realm = self.realm();
+        let mut summaries = Vec::new();
+        for record in records {
+            let Ok(name) = record.name.parse::<TopicName>() else {
+                continue;
+            };
+            let definition = TopicDefinition::decode(&record)?;
+            summaries.extend(definition.subscriptions.into_iter().map(|subscription| {
+                SubscriptionSummary {
+                    subscription_arn: realm.subscription_arn(&name, &subscription.id),
+                    owner: realm.account_id.clone(),
+                    protocol: subscription.protocol,
+                    endpoint: subscription.endpoint,
+                    topic_arn: realm.topic_arn(&name),
+                }
+            }));
+        }
+        Ok(summaries)
+    }
+
+    /// GetSubscriptionAttributes.
+    pub async fn subscription_attributes(
+        &self,
+        subscription_arn: &str,
+    ) -> Result<BTreeMap<String, String>, EngineError> {
+        let (name, id) = self.realm().subscription_from_arn(subscription_arn)?;
+        let (definition, _) = self
+            .topic_definition(&name)
+            .await
+            .map_err(subscription_not_found)?;
+        let subscription = definition
+            .subscriptions
+            .into_iter()
+            .find(|subscription| subscription.id == id)
+            .ok_or_else(|| SqsError::sns_not_found("Subscription"))?;
+        let realm = self.realm();
+        let mut attributes = subscription.attributes.clone();
+        attributes
+            .entry(RAW_MESSAGE_DELIVERY.to_owned())
+            .or_insert_with(|| "false".to_owned());
+        for (attribute, value) in [
+            ("SubscriptionArn", realm.subscription_arn(&name, &id)),
+            ("TopicArn", realm.topic_arn(&name)),
+            ("Owner", realm.account_id.clone()),
+            ("Protocol", subscription.protocol),
+            ("Endpoint", subscription.endpoint),
+            ("ConfirmationWasAuthenticated", "true".to_owned()),
+            ("PendingConfirmation", "false".to_owned()),
+        ] {
+            attributes.insert(attribute.to_owned(), value);
+        }
+        Ok(attributes)
+    }
+
+    /// SetSubscriptionAttributes: one attribute.
+    pub async fn set_subscription_attribute(
+        &self,
+        subscription_arn: &str,
+        attribute: &str,
+        value: &str,
+    ) -> Result<(), EngineError> {
+        let (name, id) = self.realm().subscription_from_arn(subscription_arn)?;
+        validate_subscription_attribute(attribute, value)?;
+        self.change_topic(&name, |definition| {
+            let subscription = definition
+                .subscriptions
+                .iter_mut()
+                .find(|subscription| subscription.id == id)
+                .ok_or_else(|| SqsError::sns_not_found("Subscription"))?;
+            subscription
+                .attributes
+                .insert(attribute.to_owned(), value.to_owned());
+            Ok(())
+        })
+        .await
+        .map_err(subscription_not_found)
+    }
+}
+
+/// A subscription's topic that is gone is a subscription that is gone.
+fn subscription_not_found(error: EngineError) -> EngineError {
+    match error {
+        EngineError::Sqs(error) if error.code == ackbox_core::error::ErrorCode::NotFound => {
+            SqsError::sns_not_found("Subscription").into()
+        }
+        other => other,
+    }
+}
+
+/// SNS's delivery policy for topics that set none.
+const DEFAULT_DELIVERY_POLICY: &str = r#"{"http":{"defaultHealthyRetryPolicy":{"minDelayTarget":20,"maxDelayTarget":20,"numRetries":3,"numMaxDelayRetries":0,"numNoDelayRetries":0,"numMinDelayRetries":0,"backoffFunction":"linear"},"disableSubscriptionOverrides":false,"defaultRequestPolicy":{"headerContentType":"text/plain; charset=UTF-8"}}}"#;
+
+/// SNS's access policy for topics that set none: the owner may do anything.
+fn default_policy(topic_arn: &str, account_id: &str) -> String {
+    serde_json::json!({
+        "Version": "2008-10-17",
+        "Id": "__default_policy_ID",
+        "Statement": [{
+            "Sid": "__default_statement_ID",
+            "Effect": "Allow",
+            "Principal": {"AWS": "*"},
+            "Action": [
+                "SNS:GetTopicAttributes", "SNS:SetTopicAttributes", "SNS:AddPermission",
+                "SNS:RemovePermission", "SNS:DeleteTopic", "SNS:Subscribe",
+                "SNS:ListSubscriptionsByTopic", "SNS:Publish"
+            ],
+            "Resource": topic_arn,
+            "Condition": {"StringEquals": {"AWS:SourceOwner": account_id}}
+        }]
+    })
+    .to_string()
+}

@@ -1,0 +1,322 @@
+//! Publish and PublishBatch: one message to every subscribed queue, all in
+//! one store transaction.
+//!
+//! SNS delivers to each subscriber on its own, so a subscriber may get a
+//! message another never does. ackbox stores a publish's copies for every
+//! subscribed queue in one transaction, fsync'd before the answer
+//! ([`Store::message_insert_atomic`](crate::store::Store::message_insert_atomic)):
+//! every queue has the message or none has. A copy a queue would refuse
+//! (too large for its `MaximumMessageSize`, say) fails the whole entry
+//! before anything is stored.
+
+use ackbox_core::error::{ErrorCode, SqsError};
+use ackbox_core::limits::FIFO_DEDUPLICATION_WINDOW_SECONDS;
+use ackbox_core::message::{MessageAttributes, message_size, validate_message_attributes};
+use ackbox_core::topic_name::TopicName;
+
+use super::envelope::Notification;
+use super::{SQS_PROTOCOL, SubscriptionDefinition, TopicDefinition};
+use crate::counters;
+use crate::engine::Engine;
+use crate::error::EngineError;
+use crate::queue::Queue;
+use crate::send::SendEntry;
+use crate::store::{MessageInsertParams, NewMessage, StoreError};
+
+/// The longest `Subject` SNS takes.
+const MAX_SUBJECT_LEN: usize = 100;
+
+/// One message to publish.
+#[derive(Debug, Clone, Default)]
+pub struct PublishEntry {
+    /// `Message`.
+    pub message: String,
+    /// `Subject`, carried in the envelope.
+    pub subject: Option<String>,
+    /// `MessageStructure`: `json` when `message` holds one text per protocol.
+    pub message_structure: Option<String>,
+    /// `MessageAttributes`.
+    pub attributes: MessageAttributes,
+    /// `MessageGroupId`: each copy's group (a tenant of a fair queue).
+    pub group_id: Option<String>,
+}
+
+/// What a successful publish returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// The notification's id, the same in every subscriber's envelope.
+    pub message_id: String,
+}
+
+/// A subscribed queue and how it wants the message.
+struct Target<'a> {
+    subscription: &'a SubscriptionDefinition,
+    queue: std::sync::Arc<Queue>,
+}
+
+impl Engine {
+    /// Publishes each entry to every queue subscribed to `topic_arn`: each
+    /// entry succeeds or fails on its own; the copies of every valid entry,
+    /// for every queue, are stored in one transaction. `endpoint` is the
+    /// server's URL as the client reached it (for `UnsubscribeURL`).
+    pub async fn publish(
+        &self,
+        topic_arn: &str,
+        entries: Vec<PublishEntry>,
+        sender_id: &str,
+        endpoint: &str,
+    ) -> Result<Vec<Result<Published, SqsError>>, EngineError> {
+        let name = self.realm().topic_name_from_arn("TopicArn", topic_arn)?;
+        let (definition, _) = self.topic_definition(&name).await?;
+        let topic_arn = self.realm().topic_arn(&name);
+        let targets = self.targets(&name, &definition).await?;
+        let mut copies: Vec<Vec<NewMessage>> = targets.iter().map(|_| Vec::new()).collect();
+        let mut outcomes = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let outcome = self
+                .fan_out(
+                    &definition,
+                    &topic_arn,
+                    &targets,
+                    entry,
+                    sender_id,
+                    endpoint,
+                )
+                .map(|(message_id, entry_copies)| {
+                    for (queue_copies, copy) in copies.iter_mut().zip(entry_copies) {
+                        queue_copies.push(copy);
+                    }
+                    Published { message_id }
+                });
+            outcomes.push(outcome);
+        }
+        let published = outcomes.iter().filter(|outcome| outcome.is_ok()).count() as u64;
+        let delivered = self.store_copies(&name, targets, copies).await?;
+        counters::published(&name, published, delivered);
+        Ok(outcomes)
+    }
+
+    /// The live queues subscribed to the topic.
+    async fn targets<'a>(
+        &self,
+        topic: &TopicName,
+        definition: &'a TopicDefinition,
+    ) -> Result<Vec<Target<'a>>, EngineError> {
+        let mut targets = Vec::with_capacity(definition.subscriptions.len());
+        for subscription in &definition.subscriptions {
+            if subscription.protocol != SQS_PROTOCOL {
+                continue;
+            }
+            let Some(queue_name) = self.realm().queue_name_from_arn(&subscription.endpoint) else {
+                continue;
+            };
+            match self.queue(&queue_name).await {
+                Ok(queue) => targets.push(Target {
+                    subscription,
+                    queue,
+                }),
+                Err(EngineError::Sqs(error)) if error.code == ErrorCode::QueueDoesNotExist => {
+                    tracing::warn!(
+                        topic = %topic,
+                        queue = %queue_name,
+                        "a subscribed queue does not exist; the topic delivers nothing to it"
+                    );
+                    counters::undeliverable(topic, 1);
+                }
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(targets)
+    }
+
+    /// One entry's id and its copy for each target, in target order; an
+    /// error when the entry, or any copy of it, is refused.
+    fn fan_out(
+        &self,
+        definition: &TopicDefinition,
+        topic_arn: &str,
+        targets: &[Target<'_>],
+        entry: PublishEntry,
+        sender_id: &str,
+        endpoint: &str,
+    ) -> Result<(String, Vec<NewMessage>), SqsError> {
+        validate_entry(definition, &entry)?;
+        let message_id = uuid::Uuid::new_v4().to_string();
+        let message = sqs_text(&entry)?;
+        let mut copies = Vec::with_capacity(targets.len());
+        for target in targets {
+            let subscription_arn = format!("{topic_arn}:{}", target.subscription.id);
+            let (body, attributes) = if target.subscription.raw_message_delivery() {
+                (message.clone(), entry.attributes.clone())
+            } else {
+                let notification = Notification {
+                    message_id: &message_id,
+                    topic_arn,
+                    subject: entry.subject.as_deref(),
+                    message: &message,
+                    timestamp: self.now(),
+                    attributes: &entry.attributes,
+                    unsubscribe_url: format!(
+                        "{endpoint}/?Action=Unsubscribe&SubscriptionArn={subscription_arn}"
+                    ),
+                };
+                (notification.envelope(), MessageAttributes::new())
+            };
+            let send = SendEntry {
+                body,
+                attributes,
+                group_id: entry.group_id.clone(),
+                ..SendEntry::default()
+            };
+            let copy = self
+                .prepare(&target.queue, send, sender_id)
+                .map_err(|refusal| {
+                    SqsError::sns_invalid_parameter(
+                        "Message",
+                        format_args!(
+                            "subscription {subscription_arn}'s queue {} refuses the message: {}",
+                            target.queue.name, refusal.message
+                        ),
+                    )
+                })?;
+            copies.push(copy);
+        }
+        Ok((message_id, copies))
+    }
+
+    /// Stores every target's copies in one transaction; how many were
+    /// stored. A queue deleted since it was looked up takes nothing: the
+    /// others are stored without it.
+    async fn store_copies(
+        &self,
+        topic: &TopicName,
+        targets: Vec<Target<'_>>,
+        copies: Vec<Vec<NewMessage>>,
+    ) -> Result<u64, EngineError> {
+        let window_start = self.now() - FIFO_DEDUPLICATION_WINDOW_SECONDS * 1_000;
+        let mut pending: Vec<(std::sync::Arc<Queue>, Vec<NewMessage>)> = targets
+            .into_iter()
+            .zip(copies)
+            .filter(|(_, messages)| !messages.is_empty())
+            .map(|(target, messages)| (target.queue, messages))
+            .collect();
+        loop {
+            if pending.is_empty() {
+                return Ok(0);
+            }
+            let batches = pending
+                .iter()
+                .map(|(queue, messages)| MessageInsertParams {
+                    queue_id: queue.id,
+                    messages: messages.clone(),
+                    deduplication_window_start: window_start,
+                })
+                .collect();
+            match self.inner.store.message_insert_atomic(batches).await {
+                Ok(inserted) => {
+                    let mut delivered = 0;
+                    for ((queue, _), stored) in pending.iter().zip(inserted) {
+                        let stored = stored.iter().filter(|message| !message.duplicate).count();
+                        counters::sent(&queue.name, stored as u64, 0);
+                        for _ in 0..stored {
+                            queue.arrivals.notify_one();
+                        }
+                        delivered += stored as u64;
+                    }
+                    return Ok(delivered);
+                }
+                Err(StoreError::QueueNotFound { queue_id }) => {
+                    let before = pending.len();
+                    pending.retain(|(queue, _)| queue.id != queue_id);
+                    if pending.len() == before {
+                        return Err(StoreError::QueueNotFound { queue_id }.into());
+                    }
+                    counters::undeliverable(topic, 1);
+                }
+                Err(other) => return Err(other.into()),
+            }
+        }
+    }
+}
+
+/// SNS's checks of one entry: a message, a subject SNS would take, the
+/// topic's size limit, attributes SQS could carry.
+fn validate_entry(definition: &TopicDefinition, entry: &PublishEntry) -> Result<(), SqsError> {
+    if entry.message.is_empty() {
+        return Err(SqsError::sns_invalid_parameter(
+            "Message",
+            "Empty message: a message must hold at least one character.",
+        ));
+    }
+    if let Some(subject) = &entry.subject {
+        let printable = subject
+            .chars()
+            .all(|c| c.is_ascii() && !c.is_ascii_control());
+        let starts_well = subject
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c.is_ascii_punctuation());
+        if !printable || !starts_well || subject.chars().count() > MAX_SUBJECT_LEN {
+            return Err(SqsError::sns_invalid_parameter(
+                "Subject",
+                format_args!(
+                    "{subject:?} must be 1 to {MAX_SUBJECT_LEN} ASCII characters without line \
+                     breaks or control characters, beginning with a letter, number or \
+                     punctuation mark."
+                ),
+            ));
+        }
+    }
+    validate_message_attributes(&entry.attributes)
+        .map_err(|refusal| SqsError::sns_invalid_parameter("MessageAttributes", refusal.message))?;
+    let size = message_size(&entry.message, &entry.attributes);
+    let limit = definition.maximum_message_size();
+    if size > limit {
+        return Err(SqsError::sns_invalid_parameter(
+            "Message",
+            format_args!(
+                "Message too long: the message and its attributes are {size} bytes; the topic's \
+                 MaximumMessageSize is {limit}."
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The text an sqs subscriber gets: the message, or with `MessageStructure`
+/// `json` its `sqs` member, else its `default` one.
+fn sqs_text(entry: &PublishEntry) -> Result<String, SqsError> {
+    match entry.message_structure.as_deref() {
+        None => Ok(entry.message.clone()),
+        Some("json") => {
+            let structure: serde_json::Value =
+                serde_json::from_str(&entry.message).map_err(|_| {
+                    SqsError::sns_invalid_parameter(
+                        "Message Structure",
+                        "JSON message body failed to parse.",
+                    )
+                })?;
+            if structure
+                .get("default")
+                .and_then(serde_json::Value::as_str)
+                .is_none()
+            {
+                return Err(SqsError::sns_invalid_parameter(
+                    "Message Structure",
+                    "No default entry in JSON message body: a structured message needs a \
+                     \"default\" text.",
+                ));
+            }
+            let text = structure
+                .get(SQS_PROTOCOL)
+                .and_then(serde_json::Value::as_str)
+                .or_else(|| structure.get("default").and_then(serde_json::Value::as_str))
+                .unwrap_or_default();
+            Ok(text.to_owned())
+        }
+        Some(other) => Err(SqsError::sns_invalid_parameter(
+            "MessageStructure",
+            format_args!("{other:?} is not a message structure; the only one is json."),
+        )),
+    }
+}

@@ -1,0 +1,165 @@
+//! Invariant 11 (ARCHITECTURE.md) against the real binary: a topic's
+//! fan-out is atomic. Publishers keep publishing to a topic with three
+//! subscribed queues; the server is killed with `kill -9`; after a restart
+//! every queue holds exactly the same messages — none has one another lacks
+//! — and every acknowledged publish is among them.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ackbox_testkit::client::{sns_client, sqs_client};
+use ackbox_testkit::process::{ServerProcess, free_port};
+use aws_sdk_sns::types::PublishBatchRequestEntry;
+
+const BINARY: &str = env!("CARGO_BIN_EXE_ackbox");
+const QUEUES: [&str; 3] = ["billing", "shipping", "audit"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inv11_kill9_mid_publish_leaves_every_queue_the_same_messages() {
+    kill9_mid_publish(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inv11_kill9_mid_publish_on_the_log_store_leaves_every_queue_the_same_messages() {
+    kill9_mid_publish(&["--store", "log"]).await;
+}
+
+async fn kill9_mid_publish(args: &[&str]) {
+    let data_dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
+    let sqs = sqs_client(&server.url());
+    let sns = sns_client(&server.url());
+    let topic = sns
+        .create_topic()
+        .name("orders")
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    let mut urls = Vec::new();
+    for name in QUEUES {
+        let url = sqs
+            .create_queue()
+            .queue_name(name)
+            .send()
+            .await
+            .unwrap()
+            .queue_url
+            .unwrap();
+        sns.subscribe()
+            .topic_arn(&topic)
+            .protocol("sqs")
+            .endpoint(format!("arn:aws:sqs:us-east-1:000000000000:{name}"))
+            .attributes("RawMessageDelivery", "true")
+            .send()
+            .await
+            .unwrap();
+        urls.push(url);
+    }
+
+    let acknowledged = Arc::new(Mutex::new(BTreeSet::new()));
+    let mut publishers = Vec::new();
+    for publisher in 0..6 {
+        let (sns, topic, acknowledged) = (sns.clone(), topic.clone(), Arc::clone(&acknowledged));
+        publishers.push(tokio::spawn(async move {
+            for round in 0..100_000 {
+                let bodies: Vec<String> = (0..10)
+                    .map(|index| format!("p{publisher}-r{round}-m{index}"))
+                    .collect();
+                let mut request = sns.publish_batch().topic_arn(&topic);
+                for (index, body) in bodies.iter().enumerate() {
+                    request = request.publish_batch_request_entries(
+                        PublishBatchRequestEntry::builder()
+                            .id(index.to_string())
+                            .message(body)
+                            .build()
+                            .unwrap(),
+                    );
+                }
+                // Once the server is gone a publish fails and the publisher
+                // stops; only answered entries count as acknowledged.
+                let Ok(output) = request.send().await else {
+                    return;
+                };
+                let published: BTreeSet<&str> = output
+                    .successful()
+                    .iter()
+                    .filter_map(|entry| entry.id())
+                    .collect();
+                let mut acknowledged = acknowledged.lock().unwrap();
+                for (index, body) in bodies.into_iter().enumerate() {
+                    if published.contains(index.to_string().as_str()) {
+                        acknowledged.insert(body);
+                    }
+                }
+            }
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while acknowledged.lock().unwrap().len() < 1_500 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.kill9();
+    for publisher in publishers {
+        tokio::time::timeout(Duration::from_secs(60), publisher)
+            .await
+            .expect("publishers notice the crash")
+            .unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(
+        acknowledged.len() >= 100,
+        "the publishers made progress before the crash ({})",
+        acknowledged.len()
+    );
+
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
+    let sqs = sqs_client(&server.url());
+    let mut held = Vec::new();
+    for url in &urls {
+        held.push(drain(&sqs, url).await);
+    }
+    for (name, bodies) in QUEUES.iter().zip(&held).skip(1) {
+        let only_first: Vec<&String> = held[0].difference(bodies).take(5).collect();
+        let only_here: Vec<&String> = bodies.difference(&held[0]).take(5).collect();
+        assert!(
+            only_first.is_empty() && only_here.is_empty(),
+            "{} and {name} differ after kill -9: only in {}: {only_first:?}; only in {name}: \
+             {only_here:?}",
+            QUEUES[0],
+            QUEUES[0]
+        );
+    }
+    let lost: Vec<&String> = acknowledged.difference(&held[0]).take(5).collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged publishes lost after kill -9: {lost:?} (of {})",
+        acknowledged.len()
+    );
+    assert!(server.terminate(), "the restarted server exits cleanly");
+}
+
+/// Every body left in the queue, read without deleting (each lease outlasts the drain).
+async fn drain(client: &aws_sdk_sqs::Client, url: &str) -> BTreeSet<String> {
+    let mut bodies = BTreeSet::new();
+    loop {
+        let output = client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .visibility_timeout(600)
+            .send()
+            .await
+            .expect("ReceiveMessage after restart");
+        if output.messages().is_empty() {
+            return bodies;
+        }
+        for message in output.messages() {
+            let body = message.body().unwrap_or_default().to_owned();
+            assert!(bodies.insert(body.clone()), "{url} delivered {body} twice");
+        }
+    }
+}
