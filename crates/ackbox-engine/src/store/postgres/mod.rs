@@ -73,6 +73,7 @@ mod rows;
 mod send_group;
 mod sweep;
 mod topic;
+mod vacuum;
 
 use announce::Announcer;
 use database_error::postgres_error;
@@ -207,6 +208,7 @@ impl PostgresStore {
             .await
             .map_err(postgres_error("listen"))?;
         tokio::spawn(follow(listener, events.clone(), stop.clone()));
+        tokio::spawn(vacuum::keep_vacuumed(pool.clone(), stop.clone()));
         let announcer = Arc::new(Announcer::default());
         tokio::spawn({
             let (announcer, pool, stop) = (announcer.clone(), lease_pool.clone(), stop.clone());
@@ -720,5 +722,82 @@ mod tests {
             .unwrap();
         store.close().await.unwrap();
         assert_eq!((durable.as_str(), leases.as_str()), ("on", "off"));
+    }
+
+    async fn dead_rows(pool: &PgPool) -> i64 {
+        sqlx::query_scalar(
+            "SELECT n_dead_tup FROM pg_stat_user_tables
+             WHERE schemaname = current_schema() AND relname = 'messages'",
+        )
+        .fetch_one(pool)
+        .await
+        .unwrap()
+    }
+
+    /// A queue that moved many messages holds their dead rows until a
+    /// vacuum; the store vacuums it itself, autovacuum or not.
+    #[tokio::test]
+    async fn the_store_vacuums_a_table_full_of_dead_rows() {
+        let Ok(url) = std::env::var("ACKBOX_TEST_POSTGRES_URL") else {
+            eprintln!("skipped: ACKBOX_TEST_POSTGRES_URL is not set");
+            return;
+        };
+        let schema = format!("vacuum_{}", std::process::id());
+        let mut options = PostgresOptions::new(url);
+        options.max_connections = 3;
+        options.schema = Some(schema.clone());
+        let store = PostgresStore::connect(&options).await.unwrap();
+        // Autovacuum must not do the work this test is about.
+        sqlx::query("ALTER TABLE messages SET (autovacuum_enabled = false)")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        let churned = 2 * vacuum::MIN_DEAD_ROWS;
+        sqlx::query(
+            "INSERT INTO messages (queue_id, message_id, body, md5_of_body, sender_id, sent_at, visible_at)
+             SELECT 1, 'm' || n, 'body', 'md5', 'sender', 0, 0 FROM generate_series(1, $1) AS n",
+        )
+        .bind(churned)
+        .execute(&store.pool)
+        .await
+        .unwrap();
+        sqlx::query("DELETE FROM messages")
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        // Statistics reach the shared counters within a second or so.
+        let mut seen = 0;
+        for _ in 0..100 {
+            seen = dead_rows(&store.pool).await;
+            if seen >= churned {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            seen >= churned,
+            "the statistics never showed the dead rows: {seen}"
+        );
+        // This round vacuums it, or the node's own loop got there first.
+        let mut left = i64::MAX;
+        for _ in 0..100 {
+            vacuum::vacuum_what_needs_it(&store.pool).await.unwrap();
+            left = dead_rows(&store.pool).await;
+            if left < vacuum::MIN_DEAD_ROWS {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let again = vacuum::vacuum_what_needs_it(&store.pool).await.unwrap();
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP SCHEMA {schema} CASCADE")))
+            .execute(&store.pool)
+            .await
+            .unwrap();
+        store.close().await.unwrap();
+        assert!(
+            left < vacuum::MIN_DEAD_ROWS,
+            "{left} dead rows after the vacuum"
+        );
+        assert_eq!(again, 0, "a clean table is left alone");
     }
 }
