@@ -1,6 +1,6 @@
 """Real Python AWS clients against a running ackbox (the client matrix).
 
-    python matrix.py boto3 | botocore-query | awscli
+    python matrix.py boto3 | botocore-query | awscli | boto3-sns | awscli-sns
 
 The endpoint comes from ACKBOX_ENDPOINT, the key from ACKBOX_ACCESS_KEY_ID and
 ACKBOX_SECRET_ACCESS_KEY. `botocore-query` loads the query-protocol model of
@@ -244,6 +244,16 @@ def sdk_scenario(sqs, tag):
 
 
 def aws(*args):
+    """Runs `aws sqs …` of this environment; returns its parsed JSON output."""
+    return aws_service("sqs", *args)
+
+
+def aws_sns(*args):
+    """Runs `aws sns …` of this environment; returns its parsed JSON output."""
+    return aws_service("sns", *args)
+
+
+def aws_service(service, *args):
     """Runs the `aws` command of this environment; returns its parsed JSON output."""
     command = [os.path.join(os.path.dirname(sys.executable), "aws"), "--endpoint-url", ENDPOINT]
     environment = dict(
@@ -255,7 +265,7 @@ def aws(*args):
         AWS_SHARED_CREDENTIALS_FILE="/dev/null",
     )
     done = subprocess.run(
-        command + ["sqs", *args, "--output", "json"],
+        command + [service, *args, "--output", "json"],
         capture_output=True,
         text=True,
         env=environment,
@@ -389,6 +399,134 @@ def awscli_scenario():
         step(f"delete-queue {queue}", aws("delete-queue", "--queue-url", queue) == {})
 
 
+def sns_scenario():
+    """Topics through boto3's SNS client (query protocol, as every SNS client)."""
+    sns = boto3.client("sns", endpoint_url=ENDPOINT, region_name=REGION, **CREDENTIALS)
+    sqs = boto3.client("sqs", endpoint_url=ENDPOINT, region_name=REGION, **CREDENTIALS)
+    step("sns: the client speaks query", sns.meta.service_model.protocol == "query")
+    name = f"matrix-sns-{uuid.uuid4().hex[:8]}"
+    topic = sns.create_topic(Name=name, Attributes={"DisplayName": "Matrix"})["TopicArn"]
+    step("sns create_topic", topic.endswith(f":{name}"), topic)
+    step("sns create_topic again is the same topic", sns.create_topic(Name=name)["TopicArn"] == topic)
+    envelope_url = sqs.create_queue(QueueName=f"{name}-envelope")["QueueUrl"]
+    raw_url = sqs.create_queue(QueueName=f"{name}-raw")["QueueUrl"]
+    arn = lambda queue: f"arn:aws:sqs:{REGION}:000000000000:{queue}"
+    wrapped = sns.subscribe(
+        TopicArn=topic, Protocol="sqs", Endpoint=arn(f"{name}-envelope"), ReturnSubscriptionArn=True
+    )["SubscriptionArn"]
+    step("sns subscribe", wrapped.startswith(topic + ":"), wrapped)
+    raw = sns.subscribe(
+        TopicArn=topic,
+        Protocol="sqs",
+        Endpoint=arn(f"{name}-raw"),
+        Attributes={"RawMessageDelivery": "true", "FilterPolicy": json.dumps({"kind": ["card"]})},
+    )["SubscriptionArn"]
+    attributes = sns.get_subscription_attributes(SubscriptionArn=raw)["Attributes"]
+    step("sns get_subscription_attributes", attributes["RawMessageDelivery"] == "true", attributes)
+    published = sns.publish(
+        TopicArn=topic,
+        Subject="hello",
+        Message="card payment",
+        MessageAttributes={"kind": {"DataType": "String", "StringValue": "card"}},
+    )
+    sns.publish(
+        TopicArn=topic,
+        Message="cash payment",
+        MessageAttributes={"kind": {"DataType": "String", "StringValue": "cash"}},
+    )
+    batch = sns.publish_batch(
+        TopicArn=topic,
+        PublishBatchRequestEntries=[
+            {"Id": "a", "Message": "batched", "MessageAttributes": {"kind": {"DataType": "String", "StringValue": "card"}}},
+            {"Id": "b", "Message": "bad subject", "Subject": "\nno"},
+        ],
+    )
+    step(
+        "sns publish_batch answers each entry",
+        [entry["Id"] for entry in batch["Successful"]] == ["a"]
+        and [entry["Code"] for entry in batch["Failed"]] == ["InvalidParameter"],
+        batch,
+    )
+    envelopes = receive_all(sqs, envelope_url, 3)
+    first = json.loads(sorted(envelopes, key=lambda message: message["Body"])[0]["Body"])
+    bodies = sorted(json.loads(message["Body"])["Message"] for message in envelopes)
+    step("sns envelope delivery", bodies == ["batched", "card payment", "cash payment"], bodies)
+    by_id = {json.loads(message["Body"])["MessageId"]: json.loads(message["Body"]) for message in envelopes}
+    step(
+        "sns envelope carries the publish's id and subject",
+        by_id.get(published["MessageId"], {}).get("Subject") == "hello",
+        first,
+    )
+    raws = sorted(message["Body"] for message in receive_all(sqs, raw_url, 2, MessageAttributeNames=["All"]))
+    step("sns raw delivery with a filter policy", raws == ["batched", "card payment"], raws)
+    listed = [subscription["SubscriptionArn"] for subscription in sns.list_subscriptions_by_topic(TopicArn=topic)["Subscriptions"]]
+    step("sns list_subscriptions_by_topic", sorted(listed) == sorted([wrapped, raw]), listed)
+    topics = [entry["TopicArn"] for entry in sns.list_topics()["Topics"]]
+    step("sns list_topics", topic in topics, topics)
+    step(
+        "sns get_topic_attributes",
+        sns.get_topic_attributes(TopicArn=topic)["Attributes"]["SubscriptionsConfirmed"] == "2",
+    )
+    sns.unsubscribe(SubscriptionArn=raw)
+    sns.delete_topic(TopicArn=topic)
+    try:
+        sns.publish(TopicArn=topic, Message="gone")
+        step("sns publish to a deleted topic is refused", False)
+    except ClientError as error:
+        code = error.response["Error"]["Code"]
+        step("sns publish to a deleted topic is NotFound", code == "NotFound", code)
+    for queue in (envelope_url, raw_url):
+        sqs.delete_queue(QueueUrl=queue)
+
+
+def awscli_sns_scenario():
+    name = f"matrix-cli-sns-{uuid.uuid4().hex[:8]}"
+    topic = aws_sns("create-topic", "--name", name)["TopicArn"]
+    step("aws sns create-topic", topic.endswith(f":{name}"), topic)
+    url = aws("create-queue", "--queue-name", f"{name}-q")["QueueUrl"]
+    subscription = aws_sns(
+        "subscribe",
+        "--topic-arn",
+        topic,
+        "--protocol",
+        "sqs",
+        "--notification-endpoint",
+        f"arn:aws:sqs:{REGION}:000000000000:{name}-q",
+        "--attributes",
+        "RawMessageDelivery=true",
+    ).get("SubscriptionArn", "")
+    step("aws sns subscribe", subscription.startswith(topic + ":"), subscription)
+    published = aws_sns("publish", "--topic-arn", topic, "--message", "from the cli")
+    step("aws sns publish", "MessageId" in published, published)
+    received = aws("receive-message", "--queue-url", url, "--wait-time-seconds", "1")
+    bodies = [message["Body"] for message in received.get("Messages", [])]
+    step("aws sns publish reaches the queue", bodies == ["from the cli"], received)
+    topics = [entry["TopicArn"] for entry in aws_sns("list-topics").get("Topics", [])]
+    step("aws sns list-topics", topic in topics, topics)
+    step(
+        "aws sns set-topic-attributes",
+        aws_sns(
+            "set-topic-attributes", "--topic-arn", topic,
+            "--attribute-name", "DisplayName", "--attribute-value", "Cli",
+        ) == {},
+    )
+    attributes = aws_sns("get-topic-attributes", "--topic-arn", topic).get("Attributes", {})
+    step("aws sns get-topic-attributes", attributes.get("DisplayName") == "Cli", attributes)
+    listed = aws_sns("list-subscriptions-by-topic", "--topic-arn", topic).get("Subscriptions", [])
+    step("aws sns list-subscriptions-by-topic", [entry["SubscriptionArn"] for entry in listed] == [subscription], listed)
+    step(
+        "aws sns tag-resource",
+        aws_sns("tag-resource", "--resource-arn", topic, "--tags", "Key=team,Value=payments") == {},
+    )
+    tags = aws_sns("list-tags-for-resource", "--resource-arn", topic).get("Tags", [])
+    step("aws sns list-tags-for-resource", tags == [{"Key": "team", "Value": "payments"}], tags)
+    step("aws sns unsubscribe", aws_sns("unsubscribe", "--subscription-arn", subscription) == {})
+    step("aws sns delete-topic", aws_sns("delete-topic", "--topic-arn", topic) == {})
+    missing = aws_sns("get-topic-attributes", "--topic-arn", topic)
+    step("aws sns get-topic-attributes on a deleted topic fails", "NotFound" in missing.get("error", ""), missing)
+    aws("delete-queue", "--queue-url", url)
+
+
 def main():
     client = sys.argv[1] if len(sys.argv) > 1 else ""
     started = time.monotonic()
@@ -398,8 +536,12 @@ def main():
         sdk_scenario(sdk_client("query"), "query")
     elif client == "awscli":
         awscli_scenario()
+    elif client == "boto3-sns":
+        sns_scenario()
+    elif client == "awscli-sns":
+        awscli_sns_scenario()
     else:
-        sys.exit("usage: matrix.py boto3 | botocore-query | awscli")
+        sys.exit("usage: matrix.py boto3 | botocore-query | awscli | boto3-sns | awscli-sns")
     print(f"passed: {client} (botocore {botocore.__version__}) in {time.monotonic() - started:.1f}s")
 
 

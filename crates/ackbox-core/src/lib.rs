@@ -32,6 +32,7 @@ pub mod clock;
 pub mod digest;
 pub mod error;
 pub mod fair_queue;
+pub mod filter_policy;
 pub mod limits;
 pub mod message;
 pub mod queue_name;

@@ -4,7 +4,8 @@
 //! dead-letter, batches, errors, FIFO order and deduplication, delete).
 //!
 //! - `aws-sdk-sqs` (Rust, JSON 1.0), here;
-//! - boto3 and the `awscli` package (JSON 1.0), `clients/python/matrix.py`;
+//! - boto3 and the `awscli` package (JSON 1.0), `clients/python/matrix.py`,
+//!   and their SNS clients (query) against ackbox's topics;
 //! - botocore forced to the query protocol by loading SQS's query model;
 //! - `@aws-sdk/client-sqs` (JavaScript v3) on the machine's Node.js,
 //!   `clients/node/matrix.cjs`.
@@ -48,7 +49,7 @@ fn start_server(auth: Auth) -> (ServerProcess, tempfile::TempDir) {
         &credentials,
         format!(
             "[[keys]]\naccess_key_id = \"{ACCESS_KEY_ID}\"\nsecret_access_key = \
-             \"{SECRET_ACCESS_KEY}\"\nallow_queues = [\"*\"]\nallow_actions = [\"*\"]\n"
+             \"{SECRET_ACCESS_KEY}\"\nallow_queues = [\"*\"]\nallow_topics = [\"*\"]\nallow_actions = [\"*\"]\n"
         ),
     )
     .unwrap();
@@ -146,6 +147,26 @@ fn the_aws_cli() {
         Auth::Open,
         "python",
         &["clients/python/matrix.py", "awscli"],
+    );
+}
+
+#[test]
+fn boto3_sns_topics() {
+    run_client(
+        "boto3 sns (query protocol, signed)",
+        Auth::SigV4,
+        "python",
+        &["clients/python/matrix.py", "boto3-sns"],
+    );
+}
+
+#[test]
+fn the_aws_cli_sns_commands() {
+    run_client(
+        "awscli sns",
+        Auth::Open,
+        "python",
+        &["clients/python/matrix.py", "awscli-sns"],
     );
 }
 

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use ackbox_core::clock::Timestamp;
 use ackbox_core::error::SqsError;
+use ackbox_core::filter_policy::{FilterPolicy, FilterScope};
 use ackbox_core::limits::{MAX_MESSAGE_SIZE, MIN_MESSAGE_SIZE_ATTRIBUTE};
 use ackbox_core::queue_name::QueueName;
 use ackbox_core::topic_name::TopicName;
@@ -42,6 +43,10 @@ const MAX_REVISION_RACES: u32 = 16;
 pub const SQS_PROTOCOL: &str = "sqs";
 /// The subscription attribute that delivers the message alone, not the envelope.
 pub const RAW_MESSAGE_DELIVERY: &str = "RawMessageDelivery";
+/// The subscription attribute that says which messages it takes.
+pub const FILTER_POLICY: &str = "FilterPolicy";
+/// Where the filter policy looks: `MessageAttributes` (default) or `MessageBody`.
+pub const FILTER_POLICY_SCOPE: &str = "FilterPolicyScope";
 
 /// A topic as the store keeps it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -66,6 +71,31 @@ pub(crate) struct SubscriptionDefinition {
 }
 
 impl SubscriptionDefinition {
+    /// The subscription's filter policy, if it has one. Policies are
+    /// checked when set, so one that no longer parses is a stored
+    /// definition gone bad.
+    pub(crate) fn filter(&self) -> Result<Option<(FilterPolicy, FilterScope)>, StoreError> {
+        let Some(policy) = self
+            .attributes
+            .get(FILTER_POLICY)
+            .filter(|policy| !policy.is_empty())
+        else {
+            return Ok(None);
+        };
+        let corrupt = |reason: String| StoreError::Corrupt {
+            detail: format!("subscription {}'s filter policy: {reason}", self.id),
+        };
+        let scope = self
+            .attributes
+            .get(FILTER_POLICY_SCOPE)
+            .map_or(Ok(FilterScope::MessageAttributes), |scope| {
+                FilterScope::parse(scope)
+            })
+            .map_err(corrupt)?;
+        let policy = FilterPolicy::parse(policy, scope).map_err(corrupt)?;
+        Ok(Some((policy, scope)))
+    }
+
     pub(crate) fn raw_message_delivery(&self) -> bool {
         self.attributes
             .get(RAW_MESSAGE_DELIVERY)
@@ -154,9 +184,42 @@ fn validate_topic_attribute(name: &str, value: &str, creating: bool) -> Result<(
     }
 }
 
-/// Checks one subscription attribute a client sets.
-fn validate_subscription_attribute(name: &str, value: &str) -> Result<(), SqsError> {
+/// Checks one subscription attribute a client sets, against the others
+/// it will sit beside (a policy is checked in its scope).
+fn validate_subscription_attribute(
+    name: &str,
+    value: &str,
+    others: &BTreeMap<String, String>,
+) -> Result<(), SqsError> {
+    let invalid =
+        |reason: String| SqsError::sns_invalid_parameter(&format!("Attributes.{name}"), reason);
     match name {
+        FILTER_POLICY if value.is_empty() => Ok(()),
+        FILTER_POLICY => {
+            let scope = others
+                .get(FILTER_POLICY_SCOPE)
+                .map_or(Ok(FilterScope::MessageAttributes), |scope| {
+                    FilterScope::parse(scope)
+                })
+                .map_err(invalid)?;
+            FilterPolicy::parse(value, scope).map(drop).map_err(invalid)
+        }
+        FILTER_POLICY_SCOPE => {
+            let scope = FilterScope::parse(value).map_err(invalid)?;
+            match others
+                .get(FILTER_POLICY)
+                .filter(|policy| !policy.is_empty())
+            {
+                Some(policy) => FilterPolicy::parse(policy, scope)
+                    .map(drop)
+                    .map_err(|reason| {
+                        invalid(format!(
+                            "the subscription's FilterPolicy does not fit this scope: {reason}"
+                        ))
+                    }),
+                None => Ok(()),
+            }
+        }
         RAW_MESSAGE_DELIVERY
             if value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false") =>
         {
@@ -170,7 +233,7 @@ fn validate_subscription_attribute(name: &str, value: &str) -> Result<(), SqsErr
             "AttributeName",
             format_args!(
                 "{other:?} is not a subscription attribute this version of ackbox sets \
-                 (RawMessageDelivery)."
+                 (RawMessageDelivery, FilterPolicy, FilterPolicyScope)."
             ),
         )),
     }
@@ -420,7 +483,7 @@ impl Engine {
             .into());
         }
         for (attribute, value) in attributes {
-            validate_subscription_attribute(attribute, value)?;
+            validate_subscription_attribute(attribute, value, attributes)?;
         }
         let fresh_id = uuid::Uuid::new_v4().to_string();
         let id = self
@@ -576,13 +639,13 @@ impl Engine {
         value: &str,
     ) -> Result<(), EngineError> {
         let (name, id) = self.realm().subscription_from_arn(subscription_arn)?;
-        validate_subscription_attribute(attribute, value)?;
         self.change_topic(&name, |definition| {
             let subscription = definition
                 .subscriptions
                 .iter_mut()
                 .find(|subscription| subscription.id == id)
                 .ok_or_else(|| SqsError::sns_not_found("Subscription"))?;
+            validate_subscription_attribute(attribute, value, &subscription.attributes)?;
             subscription
                 .attributes
                 .insert(attribute.to_owned(), value.to_owned());

@@ -7,9 +7,11 @@
 //! ([`Store::message_insert_atomic`](crate::store::Store::message_insert_atomic)):
 //! every queue has the message or none has. A copy a queue would refuse
 //! (too large for its `MaximumMessageSize`, say) fails the whole entry
-//! before anything is stored.
+//! before anything is stored. A subscription's filter policy decides
+//! which entries it takes (`ackbox_core::filter_policy`).
 
 use ackbox_core::error::{ErrorCode, SqsError};
+use ackbox_core::filter_policy::{FilterPolicy, FilterScope};
 use ackbox_core::limits::FIFO_DEDUPLICATION_WINDOW_SECONDS;
 use ackbox_core::message::{MessageAttributes, message_size, validate_message_attributes};
 use ackbox_core::topic_name::TopicName;
@@ -51,7 +53,21 @@ pub struct Published {
 /// A subscribed queue and how it wants the message.
 struct Target<'a> {
     subscription: &'a SubscriptionDefinition,
+    filter: Option<(FilterPolicy, FilterScope)>,
     queue: std::sync::Arc<Queue>,
+}
+
+impl Target<'_> {
+    /// Whether the subscription's filter policy lets `entry` through.
+    fn takes(&self, entry: &PublishEntry, message: &str) -> bool {
+        match &self.filter {
+            None => true,
+            Some((policy, FilterScope::MessageAttributes)) => {
+                policy.matches_attributes(&entry.attributes)
+            }
+            Some((policy, FilterScope::MessageBody)) => policy.matches_body(message),
+        }
+    }
 }
 
 impl Engine {
@@ -84,7 +100,7 @@ impl Engine {
                 )
                 .map(|(message_id, entry_copies)| {
                     for (queue_copies, copy) in copies.iter_mut().zip(entry_copies) {
-                        queue_copies.push(copy);
+                        queue_copies.extend(copy);
                     }
                     Published { message_id }
                 });
@@ -113,6 +129,7 @@ impl Engine {
             match self.queue(&queue_name).await {
                 Ok(queue) => targets.push(Target {
                     subscription,
+                    filter: subscription.filter()?,
                     queue,
                 }),
                 Err(EngineError::Sqs(error)) if error.code == ErrorCode::QueueDoesNotExist => {
@@ -129,8 +146,9 @@ impl Engine {
         Ok(targets)
     }
 
-    /// One entry's id and its copy for each target, in target order; an
-    /// error when the entry, or any copy of it, is refused.
+    /// One entry's id and its copy for each target its filter lets it
+    /// through to, in target order; an error when the entry, or any copy
+    /// of it, is refused.
     fn fan_out(
         &self,
         definition: &TopicDefinition,
@@ -139,12 +157,16 @@ impl Engine {
         entry: PublishEntry,
         sender_id: &str,
         endpoint: &str,
-    ) -> Result<(String, Vec<NewMessage>), SqsError> {
+    ) -> Result<(String, Vec<Option<NewMessage>>), SqsError> {
         validate_entry(definition, &entry)?;
         let message_id = uuid::Uuid::new_v4().to_string();
         let message = sqs_text(&entry)?;
         let mut copies = Vec::with_capacity(targets.len());
         for target in targets {
+            if !target.takes(&entry, &message) {
+                copies.push(None);
+                continue;
+            }
             let subscription_arn = format!("{topic_arn}:{}", target.subscription.id);
             let (body, attributes) = if target.subscription.raw_message_delivery() {
                 (message.clone(), entry.attributes.clone())
@@ -179,7 +201,7 @@ impl Engine {
                         ),
                     )
                 })?;
-            copies.push(copy);
+            copies.push(Some(copy));
         }
         Ok((message_id, copies))
     }

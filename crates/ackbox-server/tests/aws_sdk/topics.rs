@@ -532,3 +532,104 @@ async fn bad_input_is_refused_naming_the_parameter() {
         sns_message(&structure)
     );
 }
+
+#[tokio::test]
+async fn filter_policies_pick_what_each_subscription_takes() {
+    let server = TestServer::builder().start().await;
+    let (sqs, sns) = (server.client(), server.sns_client());
+    let topic = create_topic(&sns, "filtered").await;
+    let by_attribute = create(&sqs, "card-payments").await;
+    let by_body = create(&sqs, "big-orders").await;
+    let everything = create(&sqs, "everything").await;
+    let card = subscribe(&sns, &topic, "card-payments", true).await;
+    sns.set_subscription_attributes()
+        .subscription_arn(&card)
+        .attribute_name("FilterPolicy")
+        .attribute_value(r#"{"method": ["card"], "amount": [{"numeric": [">=", 100]}]}"#)
+        .send()
+        .await
+        .unwrap();
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint("arn:aws:sqs:us-east-1:000000000000:big-orders")
+        .attributes("RawMessageDelivery", "true")
+        .attributes("FilterPolicyScope", "MessageBody")
+        .attributes(
+            "FilterPolicy",
+            r#"{"order": {"total": [{"numeric": [">", 1000]}]}}"#,
+        )
+        .send()
+        .await
+        .unwrap();
+    subscribe(&sns, &topic, "everything", true).await;
+    let attribute = |data_type: &str, value: &str| {
+        SnsAttribute::builder()
+            .data_type(data_type)
+            .string_value(value)
+            .build()
+            .unwrap()
+    };
+    for (message, method, amount) in [
+        (r#"{"order": {"total": 5000}}"#, "card", "150"),
+        (r#"{"order": {"total": 20}}"#, "card", "99"),
+        (r#"{"order": {"total": 2000}}"#, "cash", "500"),
+    ] {
+        sns.publish()
+            .topic_arn(&topic)
+            .message(message)
+            .message_attributes("method", attribute("String", method))
+            .message_attributes("amount", attribute("Number", amount))
+            .send()
+            .await
+            .unwrap();
+    }
+    let bodies = |messages: Vec<aws_sdk_sqs::types::Message>| {
+        let mut bodies: Vec<String> = messages
+            .iter()
+            .map(|message| message.body().unwrap().to_owned())
+            .collect();
+        bodies.sort();
+        bodies
+    };
+    assert_eq!(
+        bodies(take_all(&sqs, &by_attribute).await),
+        [r#"{"order": {"total": 5000}}"#]
+    );
+    assert_eq!(
+        bodies(take_all(&sqs, &by_body).await),
+        [
+            r#"{"order": {"total": 2000}}"#,
+            r#"{"order": {"total": 5000}}"#
+        ]
+    );
+    assert_eq!(take_all(&sqs, &everything).await.len(), 3);
+
+    let bad = sns
+        .set_subscription_attributes()
+        .subscription_arn(&card)
+        .attribute_name("FilterPolicy")
+        .attribute_value(r#"{"method": "card"}"#)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(sns_code(&bad), "InvalidParameter");
+    assert!(
+        sns_message(&bad).contains("FilterPolicy"),
+        "{}",
+        sns_message(&bad)
+    );
+    let scope = sns
+        .set_subscription_attributes()
+        .subscription_arn(&card)
+        .attribute_name("FilterPolicyScope")
+        .attribute_value("Headers")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        sns_message(&scope).contains("FilterPolicyScope"),
+        "{}",
+        sns_message(&scope)
+    );
+}

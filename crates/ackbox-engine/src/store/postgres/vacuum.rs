@@ -7,9 +7,9 @@
 //! has moved millions of messages slows down unless something vacuums it.
 //! That is autovacuum's job, but a server may run without it (this
 //! project's CI server does), or with settings tuned for tables that churn
-//! less: measured over 30 minutes at 1,000 messages a second with
-//! autovacuum off, `messages` kept 2 million dead rows and grew by 5 MB a
-//! minute (`docs/benchmarks.md`). So each node looks at the statistics of
+//! less: at 1,000 messages a second for 30 minutes with autovacuum off,
+//! `messages` ended with 3.5 million dead rows and 192 MB for a few hundred
+//! live ones (`docs/benchmarks.md`). So each node looks at the statistics of
 //! its hot tables every few seconds and vacuums one that holds more dead
 //! rows than [`MIN_DEAD_ROWS`] and than a fifth of its live ones — when
 //! autovacuum keeps up, that never happens. Nodes take turns by an advisory

@@ -38,6 +38,7 @@ use target::Target;
 use workload::{consume, latency, prefill, produce};
 
 mod ackbox;
+mod fanout;
 #[cfg(feature = "bench-peers")]
 mod nats;
 mod postgres;
@@ -63,6 +64,9 @@ pub(crate) enum Workload {
     /// A message move task at `--redrive-rate` (ackbox only): does the
     /// measured rate hold the limit?
     Redrive,
+    /// PublishBatch to a topic with each of `--subscribers` raw subscribed
+    /// queues, beside SendMessageBatch to one queue (ackbox only).
+    Fanout,
 }
 
 /// A broker to measure.
@@ -153,6 +157,10 @@ pub(crate) struct Args {
     /// W3 send rate, messages per second.
     #[arg(long, default_value_t = 1_000)]
     rate: u64,
+    /// Fan-out workload: how many queues subscribe to the topic, one
+    /// measurement per count, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,5,20")]
+    subscribers: Vec<usize>,
     /// Redrive workload: the move task's MaxNumberOfMessagesPerSecond.
     #[arg(long, default_value_t = 100)]
     redrive_rate: u64,
@@ -240,6 +248,34 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             args.body_size,
             args.endpoint.json,
             &queue,
+        )
+        .await;
+    }
+    if args.workload == Workload::Fanout {
+        if args.fifo_groups.is_some() || targets != [TargetKind::Ackbox] {
+            bail!(
+                "the fan-out workload runs on ackbox's standard topics; drop --fifo-groups and --target"
+            );
+        }
+        if args.subscribers.is_empty() || args.subscribers.contains(&0) {
+            bail!("--subscribers must list counts of at least 1, e.g. 1,5,20");
+        }
+        let client = args.endpoint.client()?;
+        return fanout::fanout(
+            &client,
+            &fanout::Fanout {
+                subscribers: args.subscribers.clone(),
+                producers: args.producers,
+                batch: args.batch,
+                body_size: args.body_size,
+                duration: Duration::from_secs(args.duration),
+                rounds: args.rounds,
+                server_pid: args.server_pid,
+                name: args
+                    .queue
+                    .clone()
+                    .unwrap_or_else(|| fresh_name("fanout", 0)),
+            },
         )
         .await;
     }
