@@ -35,13 +35,7 @@ impl FromStr for QueueName {
     type Err = SqsError;
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
-        let stem = name.strip_suffix(FIFO_SUFFIX).unwrap_or(name);
-        let well_formed = !stem.is_empty()
-            && name.len() <= MAX_QUEUE_NAME_LEN
-            && stem
-                .bytes()
-                .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
-        if well_formed {
+        if is_well_formed(name, MAX_QUEUE_NAME_LEN) {
             Ok(Self(name.to_owned()))
         } else {
             Err(SqsError::new(
@@ -65,6 +59,17 @@ impl AsRef<str> for QueueName {
     fn as_ref(&self) -> &str {
         &self.0
     }
+}
+
+/// Whether `name` is 1 to `max_len` characters of `[A-Za-z0-9_-]`,
+/// optionally ending in `.fifo` (the rule of queue and topic names alike).
+pub(crate) fn is_well_formed(name: &str, max_len: usize) -> bool {
+    let stem = name.strip_suffix(FIFO_SUFFIX).unwrap_or(name);
+    !stem.is_empty()
+        && name.len() <= max_len
+        && stem
+            .bytes()
+            .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
 }
 
 /// Where queues live: the region and account that appear in ARNs and URLs.

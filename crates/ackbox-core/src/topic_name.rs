@@ -8,7 +8,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::error::SqsError;
-use crate::queue_name::{FIFO_SUFFIX, Realm};
+use crate::queue_name::{FIFO_SUFFIX, Realm, is_well_formed};
 
 /// The longest topic name, `.fifo` included (SNS's limit).
 pub const MAX_TOPIC_NAME_LEN: usize = 256;
@@ -34,13 +34,7 @@ impl FromStr for TopicName {
     type Err = SqsError;
 
     fn from_str(name: &str) -> Result<Self, Self::Err> {
-        let stem = name.strip_suffix(FIFO_SUFFIX).unwrap_or(name);
-        let well_formed = !stem.is_empty()
-            && name.len() <= MAX_TOPIC_NAME_LEN
-            && stem
-                .bytes()
-                .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_');
-        if well_formed {
+        if is_well_formed(name, MAX_TOPIC_NAME_LEN) {
             Ok(Self(name.to_owned()))
         } else {
             Err(SqsError::sns_invalid_parameter(
