@@ -120,7 +120,7 @@ pub use inbox::{Claim, ClaimRequest, Inbox, PgInbox, SqliteInbox};
 pub use message::{
     AGGREGATE_ID_ATTRIBUTE, AGGREGATE_VERSION_ATTRIBUTE, CAUSATION_ID_ATTRIBUTE,
     CORRELATION_ID_ATTRIBUTE, Delivery, EVENT_ID_ATTRIBUTE, EVENT_TYPE_ATTRIBUTE, Message,
-    REPLAY_ATTRIBUTE,
+    REPLAY_ATTRIBUTE, TOPIC_ARN_ATTRIBUTE,
 };
 pub use retry::{RetryBudget, RetryPolicy};
 pub use router::Router;

@@ -27,6 +27,9 @@ pub const EVENT_TYPE_ATTRIBUTE: &str = "event_type";
 pub const AGGREGATE_ID_ATTRIBUTE: &str = "aggregate_id";
 /// The message attribute with the aggregate's version after the event (logged).
 pub const AGGREGATE_VERSION_ATTRIBUTE: &str = "aggregate_version";
+/// The message attribute naming the SNS topic a message was published to,
+/// set when its SNS envelope is unwrapped ([`Message::unwrap_sns_envelope`]).
+pub const TOPIC_ARN_ATTRIBUTE: &str = "ackbox.topic_arn";
 
 /// One delivered message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +63,67 @@ impl Message {
     pub fn json<T: DeserializeOwned>(&self) -> Result<T, HandlerError> {
         serde_json::from_str(&self.body)
             .map_err(|error| HandlerError::permanent("Deserialize", error))
+    }
+
+    /// The message inside an SNS notification, as a queue subscribed to a
+    /// topic without raw delivery receives it (from SNS or from ackbox's
+    /// topics): the envelope's `Message` becomes the body, its string and
+    /// number `MessageAttributes` the attributes, its `TopicArn` the
+    /// [`TOPIC_ARN_ATTRIBUTE`], and its `MessageId` the event id
+    /// ([`EVENT_ID_ATTRIBUTE`], unless the publisher set one) — the same in
+    /// every delivery of one publish, however many times SNS delivers it,
+    /// so the default effect key makes a duplicate delivery a no-op. Any
+    /// other body is left as it is.
+    ///
+    /// ```
+    /// # use ackbox_consumer::{Message, EVENT_ID_ATTRIBUTE};
+    /// let delivered = Message { id: "sqs-1".into(), attributes: Default::default(),
+    ///     receive_count: 1, group_id: None,
+    ///     body: r#"{"Type":"Notification","MessageId":"pub-7","TopicArn":"arn:aws:sns:us-east-1:000000000000:orders","Message":"{\"id\":7}"}"#.into() };
+    /// let inner = delivered.unwrap_sns_envelope();
+    /// assert_eq!(inner.body, r#"{"id":7}"#);
+    /// assert_eq!(inner.event_id(), "pub-7");
+    /// ```
+    #[must_use]
+    pub fn unwrap_sns_envelope(mut self) -> Self {
+        use serde_json::Value;
+        // Most bodies are not envelopes; only these can be.
+        if !self.body.contains("\"Notification\"") {
+            return self;
+        }
+        let Ok(Value::Object(envelope)) = serde_json::from_str::<Value>(&self.body) else {
+            return self;
+        };
+        let text = |member: &str| envelope.get(member).and_then(Value::as_str);
+        let (Some("Notification"), Some(message_id), Some(topic_arn), Some(message)) = (
+            text("Type"),
+            text("MessageId"),
+            text("TopicArn"),
+            text("Message"),
+        ) else {
+            return self;
+        };
+        if let Some(Value::Object(attributes)) = envelope.get("MessageAttributes") {
+            for (name, attribute) in attributes {
+                let kind = attribute
+                    .get("Type")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                if let (false, Some(value)) = (
+                    kind.starts_with("Binary"),
+                    attribute.get("Value").and_then(Value::as_str),
+                ) {
+                    self.attributes.insert(name.clone(), value.to_owned());
+                }
+            }
+        }
+        self.attributes
+            .entry(EVENT_ID_ATTRIBUTE.to_owned())
+            .or_insert_with(|| message_id.to_owned());
+        self.attributes
+            .insert(TOPIC_ARN_ATTRIBUTE.to_owned(), topic_arn.to_owned());
+        self.body = message.to_owned();
+        self
     }
 
     /// Whether the message is a replay ([`REPLAY_ATTRIBUTE`] is `true`).

@@ -1,5 +1,7 @@
 //! The SQS API as a transport, through the official `aws-sdk-sqs`: works
-//! against ackbox and against AWS.
+//! against ackbox and against AWS. A message a topic delivered in SNS's
+//! envelope reaches the handler unwrapped, its publish's `MessageId` as its
+//! event id ([`Message::unwrap_sns_envelope`]).
 //!
 //! Against ackbox ([`SqsTransport::with_ackbox_extensions`]), failures are
 //! reported with `AckBox.NackMessage` (through the SDK client, so signed like
@@ -189,7 +191,8 @@ impl Transport for SqsTransport {
                         group_id: system
                             .get(&MessageSystemAttributeName::MessageGroupId)
                             .cloned(),
-                    },
+                    }
+                    .unwrap_sns_envelope(),
                     token: message.receipt_handle.unwrap_or_default(),
                 }
             })

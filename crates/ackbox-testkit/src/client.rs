@@ -36,12 +36,21 @@ pub fn sqs_client_with_key(endpoint: &str, access_key_id: &str, secret_access_ke
 /// An `aws-sdk-sns` client for `endpoint` with dummy credentials: SNS's
 /// API is served on the same port as SQS's.
 pub fn sns_client(endpoint: &str) -> aws_sdk_sns::Client {
+    sns_client_with_key(endpoint, "test", "test")
+}
+
+/// An `aws-sdk-sns` client for `endpoint` signing with the given key.
+pub fn sns_client_with_key(
+    endpoint: &str,
+    access_key_id: &str,
+    secret_access_key: &str,
+) -> aws_sdk_sns::Client {
     let config = aws_sdk_sns::Config::builder()
         .behavior_version(aws_sdk_sns::config::BehaviorVersion::latest())
         .region(aws_sdk_sns::config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_sns::config::Credentials::new(
-            "test",
-            "test",
+            access_key_id,
+            secret_access_key,
             None,
             None,
             "ackbox-testkit",

@@ -186,6 +186,15 @@ impl TestServer {
         crate::client::sns_client(&self.url())
     }
 
+    /// An `aws-sdk-sns` client for this broker signing with the given key.
+    pub fn sns_client_with_key(
+        &self,
+        access_key_id: &str,
+        secret_access_key: &str,
+    ) -> aws_sdk_sns::Client {
+        crate::client::sns_client_with_key(&self.url(), access_key_id, secret_access_key)
+    }
+
     /// An `aws-sdk-sqs` client signing with the given key (over HTTPS,
     /// trusting the generated authority, when the broker serves HTTPS).
     pub fn client_with_key(

@@ -46,7 +46,7 @@ impl SqsBroker {
             .credentials(
                 "[[keys]]\naccess_key_id = \"CONSUMER\"\n\
                  secret_access_key = \"consumer-secret-0123456789\"\n\
-                 allow_queues = [\"*\"]\nallow_actions = [\"*\"]\n",
+                 allow_queues = [\"*\"]\nallow_topics = [\"*\"]\nallow_actions = [\"*\"]\n",
             )
             .start()
             .await;
