@@ -85,13 +85,7 @@ impl SubscriptionDefinition {
         let corrupt = |reason: String| StoreError::Corrupt {
             detail: format!("subscription {}'s filter policy: {reason}", self.id),
         };
-        let scope = self
-            .attributes
-            .get(FILTER_POLICY_SCOPE)
-            .map_or(Ok(FilterScope::MessageAttributes), |scope| {
-                FilterScope::parse(scope)
-            })
-            .map_err(corrupt)?;
+        let scope = filter_scope(&self.attributes).map_err(corrupt)?;
         let policy = FilterPolicy::parse(policy, scope).map_err(corrupt)?;
         Ok(Some((policy, scope)))
     }
@@ -184,6 +178,16 @@ fn validate_topic_attribute(name: &str, value: &str, creating: bool) -> Result<(
     }
 }
 
+/// The scope a subscription's attributes give its filter policy
+/// (`MessageAttributes` unless `FilterPolicyScope` says otherwise).
+fn filter_scope(attributes: &BTreeMap<String, String>) -> Result<FilterScope, String> {
+    attributes
+        .get(FILTER_POLICY_SCOPE)
+        .map_or(Ok(FilterScope::MessageAttributes), |scope| {
+            FilterScope::parse(scope)
+        })
+}
+
 /// Checks one subscription attribute a client sets, against the others
 /// it will sit beside (a policy is checked in its scope).
 fn validate_subscription_attribute(
@@ -196,12 +200,7 @@ fn validate_subscription_attribute(
     match name {
         FILTER_POLICY if value.is_empty() => Ok(()),
         FILTER_POLICY => {
-            let scope = others
-                .get(FILTER_POLICY_SCOPE)
-                .map_or(Ok(FilterScope::MessageAttributes), |scope| {
-                    FilterScope::parse(scope)
-                })
-                .map_err(invalid)?;
+            let scope = filter_scope(others).map_err(invalid)?;
             FilterPolicy::parse(value, scope).map(drop).map_err(invalid)
         }
         FILTER_POLICY_SCOPE => {
