@@ -29,6 +29,7 @@
 
 pub mod attributes;
 pub mod clock;
+pub mod delivery_policy;
 pub mod digest;
 pub mod error;
 pub mod fair_queue;

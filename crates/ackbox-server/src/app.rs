@@ -216,17 +216,10 @@ async fn respond(
         headers: &parts.headers,
         body: &body,
     };
-    let caller =
-        match state
+    let authentication =
+        state
             .auth
-            .authenticate(&signable, state.engine.now(), &state.engine.realm().region)
-        {
-            Ok(caller) => caller,
-            Err(error) => {
-                crate::telemetry::auth_refused(error.code);
-                return ApiError::Sqs(error).render(protocol, request_id);
-            }
-        };
+            .authenticate(&signable, state.engine.now(), &state.engine.realm().region);
     let (parameters, action) = match protocol {
         Protocol::Json => {
             let action = json::target(&parts.headers).and_then(str::parse::<Action>);
@@ -245,6 +238,21 @@ async fn respond(
     let protocol = match &action {
         Ok(action) => protocol.for_service(action.service()),
         Err(_) => protocol,
+    };
+    let caller = match authentication {
+        Ok(caller) => caller,
+        // An endpoint confirms its subscription by a GET of the
+        // confirmation's SubscribeURL, unsigned: the token is the proof.
+        Err(error)
+            if error.code == ErrorCode::MissingAuthenticationToken
+                && matches!(action, Ok(Action::ConfirmSubscription)) =>
+        {
+            Caller::Anonymous
+        }
+        Err(error) => {
+            crate::telemetry::auth_refused(error.code);
+            return ApiError::Sqs(error).render(protocol, request_id);
+        }
     };
     if let Ok(action) = action {
         let _ = action_seen.set(action);

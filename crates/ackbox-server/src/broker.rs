@@ -20,6 +20,7 @@ use crate::auth::Authenticator;
 use crate::auth::credentials::CredentialsError;
 use crate::limits::{HttpLimits, LimitsError};
 use crate::listener::serve;
+use crate::push::{PushConfig, PushError, PushWorker};
 use crate::tls::{TlsError, TlsFiles};
 
 /// Everything needed to start a broker.
@@ -39,6 +40,8 @@ pub struct BrokerConfig {
     pub tls: Option<TlsFiles>,
     /// Sizes, connection counts and timeouts.
     pub limits: HttpLimits,
+    /// How topics post to `http` and `https` subscriptions.
+    pub push: PushConfig,
 }
 
 impl BrokerConfig {
@@ -53,6 +56,7 @@ impl BrokerConfig {
             credentials: None,
             tls: None,
             limits: HttpLimits::default(),
+            push: PushConfig::default(),
         }
     }
 }
@@ -97,6 +101,13 @@ pub enum StartError {
         /// What is wrong with them.
         #[source]
         source: TlsError,
+    },
+    /// The push worker could not be set up.
+    #[error("cannot set up deliveries to http and https subscriptions")]
+    Push {
+        /// Why.
+        #[source]
+        source: PushError,
     },
     /// The listen address could not be bound.
     #[error("cannot listen on {address}")]
@@ -188,6 +199,9 @@ impl RunningBroker {
                 (Arc::clone(&state.history), engine.clone(), shutdown.clone());
             tokio::spawn(async move { history.run(engine, stop).await });
         }
+        let push = PushWorker::new(engine.clone(), &config.push)
+            .map_err(|source| StartError::Push { source })?;
+        tokio::spawn(push.run(shutdown.clone()));
         let stop = shutdown.clone();
         let task = tokio::spawn(serve(listener, state, tls, async move {
             stop.cancelled().await;

@@ -15,6 +15,7 @@
 //! - [`protocol`]: wire protocols (JSON 1.0, query).
 //! - [`action`]: one module per SQS action, and authorization.
 //! - [`auth`]: SigV4 authentication, the credentials file, callers.
+//! - [`push`]: the worker posting topics' messages to `http`/`https` subscriptions.
 //! - [`error`]: the one mapping from failures to SQS error responses.
 //! - [`shutdown`]: the SIGINT/SIGTERM signal.
 //!
@@ -40,6 +41,7 @@ pub mod limits;
 pub mod listener;
 pub mod operation;
 pub mod protocol;
+pub mod push;
 pub mod shutdown;
 pub mod telemetry;
 pub mod tls;

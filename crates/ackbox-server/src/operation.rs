@@ -45,6 +45,7 @@ macro_rules! every_action {
             "SNS_20100331" GetTopicAttributes => get_topic_attributes,
             "SNS_20100331" SetTopicAttributes => set_topic_attributes,
             "SNS_20100331" Subscribe => subscribe,
+            "SNS_20100331" ConfirmSubscription => confirm_subscription,
             "SNS_20100331" Unsubscribe => unsubscribe,
             "SNS_20100331" ListSubscriptions => list_subscriptions,
             "SNS_20100331" ListSubscriptionsByTopic => list_subscriptions_by_topic,

@@ -178,6 +178,43 @@ async fn unsigned_requests_are_refused_and_health_checks_are_not() {
     );
     let health = call_raw(&server.url(), "GET", "/healthz", &[], b"").await;
     assert_eq!(health.status, 200);
+
+    // A push endpoint confirms its subscription by a plain GET of the
+    // confirmation's SubscribeURL: the token, not a signature, is the proof.
+    // Nothing else goes unsigned.
+    let topic = "arn:aws:sns:us-east-1:000000000000:orders-events";
+    let confirm = call_raw(
+        &server.url(),
+        "GET",
+        &format!("/?Action=ConfirmSubscription&TopicArn={topic}&Token=forged"),
+        &[],
+        b"",
+    )
+    .await;
+    let text = |reply: &ackbox_testkit::client::RawReply| {
+        String::from_utf8_lossy(&reply.body).into_owned()
+    };
+    assert_eq!(
+        confirm.status,
+        404,
+        "the topic is looked up: {}",
+        text(&confirm)
+    );
+    assert!(text(&confirm).contains("NotFound"), "{}", text(&confirm));
+    let publish = call_raw(
+        &server.url(),
+        "GET",
+        &format!("/?Action=Publish&TopicArn={topic}&Message=m"),
+        &[],
+        b"",
+    )
+    .await;
+    assert_eq!(publish.status, 403);
+    assert!(
+        text(&publish).contains("MissingAuthenticationToken"),
+        "{}",
+        text(&publish)
+    );
 }
 
 #[tokio::test]
@@ -363,6 +400,7 @@ fn request_naming_payments_topic(action: Action) -> Value {
             json!({"TopicArn": topic, "AttributeName": "DisplayName", "AttributeValue": "x"})
         }
         Action::Subscribe => json!({"TopicArn": topic, "Protocol": "sqs"}),
+        Action::ConfirmSubscription => json!({"TopicArn": topic, "Token": "t"}),
         Action::Publish => json!({"TopicArn": topic, "Message": "m"}),
         Action::PublishBatch => json!({
             "TopicArn": topic,

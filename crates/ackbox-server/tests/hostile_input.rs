@@ -232,6 +232,7 @@ fn fields(action: Action) -> &'static [&'static str] {
             "Attributes",
             "ReturnSubscriptionArn",
         ],
+        Action::ConfirmSubscription => &["TopicArn", "Token", "AuthenticateOnUnsubscribe"],
         Action::Unsubscribe | Action::GetSubscriptionAttributes => &["SubscriptionArn"],
         Action::SetSubscriptionAttributes => {
             &["SubscriptionArn", "AttributeName", "AttributeValue"]
@@ -641,6 +642,7 @@ async fn harness() -> Harness {
             "sqs",
             Some("arn:aws:sqs:us-east-1:000000000000:target"),
             &Default::default(),
+            "http://localhost",
         )
         .await
         .unwrap();

@@ -10,6 +10,7 @@ use ackbox_engine::Engine;
 use ackbox_engine::store::{Durability, EmbeddedStore, PostgresOptions, StoreConfig};
 use ackbox_server::broker::{BrokerConfig, RunningBroker};
 use ackbox_server::limits::HttpLimits;
+use ackbox_server::push::PushConfig;
 use tempfile::TempDir;
 
 use crate::postgres::PostgresSchema;
@@ -51,6 +52,7 @@ pub struct TestServerBuilder {
     credentials: Option<String>,
     tls: bool,
     limits: Option<HttpLimits>,
+    push: PushConfig,
 }
 
 impl TestServerBuilder {
@@ -76,6 +78,18 @@ impl TestServerBuilder {
     /// ([`TestServer::certificate_authority`] is what clients must trust).
     pub fn tls(mut self) -> Self {
         self.tls = true;
+        self
+    }
+
+    /// Give push endpoints `timeout` to answer instead of SNS's 15 s.
+    pub fn push_timeout(mut self, timeout: Duration) -> Self {
+        self.push.timeout = timeout;
+        self
+    }
+
+    /// Trust the PEM certificates of `path` for `https` push endpoints.
+    pub fn push_roots(mut self, path: std::path::PathBuf) -> Self {
+        self.push.extra_roots = Some(path);
         self
     }
 
@@ -129,6 +143,7 @@ impl TestServerBuilder {
                 .as_ref()
                 .map(|certificate| certificate.files.clone()),
             limits: self.limits.unwrap_or_default(),
+            push: self.push,
         };
         let broker = RunningBroker::start(config.clone(), Arc::clone(&clock))
             .await

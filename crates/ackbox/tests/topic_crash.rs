@@ -2,7 +2,8 @@
 //! fan-out is atomic. Publishers keep publishing to a topic with three
 //! subscribed queues; the server is killed with `kill -9`; after a restart
 //! every queue holds exactly the same messages — none has one another lacks
-//! — and every acknowledged publish is among them.
+//! — and every acknowledged publish is among them. And a push subscription
+//! gets every acknowledged publish, however the server died mid-push.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -139,6 +140,168 @@ async fn kill9_mid_publish(args: &[&str]) {
         "acknowledged publishes lost after kill -9: {lost:?} (of {})",
         acknowledged.len()
     );
+    assert!(server.terminate(), "the restarted server exits cleanly");
+}
+
+/// What an `http` endpoint was posted, by message type.
+#[derive(Clone, Default)]
+struct Endpoint {
+    notifications: Arc<Mutex<Vec<String>>>,
+    confirmations: Arc<Mutex<Vec<String>>>,
+    /// Server lives: a post the server made before it was killed gets no
+    /// answer it could act on, so it does not count as delivered.
+    lives: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl Endpoint {
+    async fn start() -> (Self, String) {
+        let endpoint = Self::default();
+        let app = axum::Router::new()
+            .route(
+                "/hook",
+                axum::routing::post(
+                    |axum::extract::State(endpoint): axum::extract::State<Endpoint>,
+                     headers: axum::http::HeaderMap,
+                     body: String| async move {
+                        let kind = headers
+                            .get("x-amz-sns-message-type")
+                            .and_then(|kind| kind.to_str().ok())
+                            .unwrap_or_default();
+                        let posts = if kind == "Notification" {
+                            // Slow enough that posts are in flight when the
+                            // server dies; counted only when the server that
+                            // made it is alive to hear the answer.
+                            let life = endpoint.lives.load(std::sync::atomic::Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            if endpoint.lives.load(std::sync::atomic::Ordering::SeqCst) != life {
+                                return;
+                            }
+                            &endpoint.notifications
+                        } else {
+                            &endpoint.confirmations
+                        };
+                        posts.lock().unwrap().push(body);
+                    },
+                ),
+            )
+            .with_state(endpoint.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (endpoint, url)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inv11_a_push_subscription_gets_every_acknowledged_publish_after_kill9() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let args = ["--push-timeout-secs", "2"];
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, &args);
+    let sns = sns_client(&server.url());
+    let topic = sns
+        .create_topic()
+        .name("orders")
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    let (endpoint, url) = Endpoint::start().await;
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("http")
+        .endpoint(&url)
+        .attributes("RawMessageDelivery", "true")
+        .attributes(
+            "DeliveryPolicy",
+            r#"{"healthyRetryPolicy":{"minDelayTarget":1,"maxDelayTarget":1,"numRetries":30}}"#,
+        )
+        .send()
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let token = loop {
+        let confirmation = endpoint.confirmations.lock().unwrap().first().cloned();
+        if let Some(confirmation) = confirmation {
+            let request: serde_json::Value = serde_json::from_str(&confirmation).unwrap();
+            break request["Token"].as_str().unwrap().to_owned();
+        }
+        assert!(Instant::now() < deadline, "no confirmation request came");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    sns.confirm_subscription()
+        .topic_arn(&topic)
+        .token(token)
+        .send()
+        .await
+        .unwrap();
+
+    let acknowledged = Arc::new(Mutex::new(BTreeSet::new()));
+    let mut publishers = Vec::new();
+    for publisher in 0..3 {
+        let (sns, topic, acknowledged) = (sns.clone(), topic.clone(), Arc::clone(&acknowledged));
+        publishers.push(tokio::spawn(async move {
+            for round in 0..150 {
+                let body = format!("p{publisher}-r{round}");
+                // Once the server is gone a publish fails and the publisher stops.
+                if sns
+                    .publish()
+                    .topic_arn(&topic)
+                    .message(&body)
+                    .send()
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                acknowledged.lock().unwrap().insert(body);
+            }
+        }));
+    }
+    // Killed while publishes are being posted, some in flight.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while endpoint.notifications.lock().unwrap().len() < 50 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    endpoint
+        .lives
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    server.kill9();
+    for publisher in publishers {
+        tokio::time::timeout(Duration::from_secs(60), publisher)
+            .await
+            .expect("publishers notice the crash")
+            .unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(
+        acknowledged.len() >= 100,
+        "the publishers made progress before the crash ({})",
+        acknowledged.len()
+    );
+
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, &args);
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let posted: BTreeSet<String> = endpoint
+            .notifications
+            .lock()
+            .unwrap()
+            .iter()
+            .cloned()
+            .collect();
+        let missing: Vec<&String> = acknowledged.difference(&posted).take(5).collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "acknowledged publishes never pushed after kill -9: {missing:?} (of {})",
+            acknowledged.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(server.terminate(), "the restarted server exits cleanly");
 }
 

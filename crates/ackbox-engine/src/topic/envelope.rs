@@ -57,12 +57,49 @@ impl Notification<'_> {
                 .collect::<serde_json::Map<_, _>>();
             members.push(("MessageAttributes", Value::Object(attributes)));
         }
-        let lines: Vec<String> = members
-            .into_iter()
-            .map(|(name, value)| format!("  \"{name}\" : {value}"))
-            .collect();
-        format!("{{\n{}\n}}", lines.join(",\n"))
+        layout(members)
     }
+}
+
+/// A pending push subscription's request to its endpoint to confirm it.
+#[derive(Debug, Clone)]
+pub(crate) struct Confirmation<'a> {
+    pub(crate) message_id: &'a str,
+    pub(crate) topic_arn: &'a str,
+    pub(crate) token: &'a str,
+    /// Where a GET confirms the subscription: this server's
+    /// `ConfirmSubscription` with the token.
+    pub(crate) subscribe_url: String,
+    pub(crate) timestamp: Timestamp,
+}
+
+impl Confirmation<'_> {
+    /// The request's body, laid out as SNS lays it out.
+    pub(crate) fn envelope(&self) -> String {
+        let message = format!(
+            "You have chosen to subscribe to the topic {}.\nTo confirm the subscription, visit \
+             the SubscribeURL included in this message.",
+            self.topic_arn
+        );
+        layout(vec![
+            ("Type", Value::from("SubscriptionConfirmation")),
+            ("MessageId", Value::from(self.message_id)),
+            ("Token", Value::from(self.token)),
+            ("TopicArn", Value::from(self.topic_arn)),
+            ("Message", Value::from(message)),
+            ("SubscribeURL", Value::from(self.subscribe_url.as_str())),
+            ("Timestamp", Value::from(rfc3339_millis(self.timestamp))),
+        ])
+    }
+}
+
+/// SNS's layout: one `"Name" : value` member per line.
+fn layout(members: Vec<(&str, Value)>) -> String {
+    let lines: Vec<String> = members
+        .into_iter()
+        .map(|(name, value)| format!("  \"{name}\" : {value}"))
+        .collect();
+    format!("{{\n{}\n}}", lines.join(",\n"))
 }
 
 #[cfg(test)]

@@ -11,10 +11,11 @@
 use std::collections::BTreeMap;
 
 use ackbox_core::clock::Timestamp;
-use ackbox_core::error::SqsError;
+use ackbox_core::delivery_policy::parse_subscription_policy;
+use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_core::filter_policy::{FilterPolicy, FilterScope};
 use ackbox_core::limits::{MAX_MESSAGE_SIZE, MIN_MESSAGE_SIZE_ATTRIBUTE};
-use ackbox_core::queue_name::QueueName;
+use ackbox_core::queue_name::{QueueName, Realm};
 use ackbox_core::topic_name::TopicName;
 use serde::{Deserialize, Serialize};
 
@@ -24,8 +25,15 @@ use crate::store::{StoreError, TopicRecord};
 
 mod envelope;
 mod publish;
+mod push;
 
 pub use publish::{PublishEntry, Published};
+pub use push::{
+    DELIVERY_POLICY, DELIVERY_QUEUE_PREFIX, HTTP_PROTOCOL, HTTPS_PROTOCOL, MESSAGE_ID_ATTRIBUTE,
+    MESSAGE_TYPE_ATTRIBUTE, NOTIFICATION, PushSubscription, REDRIVE_POLICY,
+    SUBSCRIPTION_CONFIRMATION,
+};
+use push::{dead_letter_target, is_push, validate_endpoint};
 
 /// The largest message a topic takes unless its `MaximumMessageSize` says
 /// otherwise (SNS's default, 256 KiB).
@@ -39,8 +47,12 @@ pub const LIST_PAGE_SIZE: usize = 100;
 /// topic came first.
 const MAX_REVISION_RACES: u32 = 16;
 
-/// The protocols a subscription may use.
+/// The protocol of subscriptions that deliver to an ackbox queue.
 pub const SQS_PROTOCOL: &str = "sqs";
+/// The topic attribute that makes a topic FIFO (set at creation only).
+pub const FIFO_TOPIC: &str = "FifoTopic";
+/// The FIFO topic attribute that derives a deduplication id from the message.
+pub const CONTENT_BASED_DEDUPLICATION: &str = "ContentBasedDeduplication";
 /// The subscription attribute that delivers the message alone, not the envelope.
 pub const RAW_MESSAGE_DELIVERY: &str = "RawMessageDelivery";
 /// The subscription attribute that says which messages it takes.
@@ -68,6 +80,12 @@ pub(crate) struct SubscriptionDefinition {
     pub(crate) endpoint: String,
     #[serde(default)]
     pub(crate) attributes: BTreeMap<String, String>,
+    /// A push subscription's secret, which its endpoint confirms it with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) confirmation_token: Option<String>,
+    /// Whether the endpoint has yet to confirm: nothing is published to it.
+    #[serde(default)]
+    pub(crate) pending_confirmation: bool,
 }
 
 impl SubscriptionDefinition {
@@ -111,6 +129,24 @@ impl TopicDefinition {
         serde_json::to_string(self).expect("a topic definition always encodes")
     }
 
+    /// Whether the topic is FIFO: created with `FifoTopic=true` (and a
+    /// `.fifo` name).
+    pub(crate) fn is_fifo(&self) -> bool {
+        self.flag(FIFO_TOPIC)
+    }
+
+    /// Whether a FIFO topic derives a publish's deduplication id from its
+    /// message when the publisher gives none.
+    pub(crate) fn content_based_deduplication(&self) -> bool {
+        self.flag(CONTENT_BASED_DEDUPLICATION)
+    }
+
+    fn flag(&self, attribute: &str) -> bool {
+        self.attributes
+            .get(attribute)
+            .is_some_and(|value| value.eq_ignore_ascii_case("true"))
+    }
+
     /// The largest message (body and attributes) the topic takes.
     pub(crate) fn maximum_message_size(&self) -> usize {
         self.attributes
@@ -123,16 +159,54 @@ impl TopicDefinition {
 /// A subscription as listings show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubscriptionSummary {
-    /// `SubscriptionArn`.
+    /// `SubscriptionArn`, or `PendingConfirmation` for a push subscription
+    /// its endpoint has yet to confirm (as SNS lists them).
     pub subscription_arn: String,
     /// The account that owns it.
     pub owner: String,
-    /// `sqs`, …
+    /// `sqs`, `http` or `https`.
     pub protocol: String,
-    /// Where it delivers: a queue ARN for `sqs`.
+    /// Where it delivers: a queue ARN for `sqs`, a URL for `http(s)`.
     pub endpoint: String,
     /// The topic it belongs to.
     pub topic_arn: String,
+}
+
+fn is_boolean(value: &str) -> bool {
+    value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false")
+}
+
+/// Checks that a topic's FIFO attributes fit its kind: a `.fifo` name
+/// with `FifoTopic=true`, deduplication settings on FIFO topics only.
+fn validate_topic_kind(
+    name: &TopicName,
+    attributes: &BTreeMap<String, String>,
+) -> Result<(), SqsError> {
+    let fifo = attributes
+        .get(FIFO_TOPIC)
+        .is_some_and(|fifo| fifo.eq_ignore_ascii_case("true"));
+    if name.is_fifo() != fifo {
+        return Err(SqsError::sns_invalid_parameter(
+            "Attributes.FifoTopic",
+            format_args!(
+                "{name}: Fifo Topic names must end with .fifo and they must be created with the \
+                 FifoTopic attribute set to true; standard topic names must not end with .fifo."
+            ),
+        ));
+    }
+    if !fifo {
+        for attribute in [CONTENT_BASED_DEDUPLICATION, "FifoThroughputScope"] {
+            if attributes.contains_key(attribute) {
+                return Err(SqsError::sns_invalid_parameter(
+                    &format!("Attributes.{attribute}"),
+                    format_args!(
+                        "{name} is a standard topic; {attribute} is for FIFO topics only."
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks one topic attribute a client sets (at creation or later).
@@ -162,17 +236,22 @@ fn validate_topic_attribute(name: &str, value: &str, creating: bool) -> Result<(
                  {MAX_MESSAGE_SIZE}."
             ))),
         },
-        "FifoTopic" if creating && value.eq_ignore_ascii_case("false") => Ok(()),
-        "FifoTopic" | "ContentBasedDeduplication" | "FifoThroughputScope" => Err(invalid(
-            "FIFO topics are not available in this version of ackbox; create a standard topic."
-                .to_owned(),
+        FIFO_TOPIC if !creating => Err(invalid(
+            "a topic is FIFO or standard from its creation on; create another topic.".to_owned(),
         )),
+        FIFO_TOPIC | CONTENT_BASED_DEDUPLICATION if is_boolean(value) => Ok(()),
+        FIFO_TOPIC | CONTENT_BASED_DEDUPLICATION => {
+            Err(invalid(format!("{value:?} must be true or false.")))
+        }
+        "FifoThroughputScope" if matches!(value, "Topic" | "MessageGroup") => Ok(()),
+        "FifoThroughputScope" => Err(invalid(format!("{value:?} must be Topic or MessageGroup."))),
         other => Err(SqsError::sns_invalid_parameter(
             "AttributeName",
             format_args!(
                 "{other:?} is not a topic attribute ackbox sets (DisplayName, Policy, \
                  DeliveryPolicy, DataProtectionPolicy, KmsMasterKeyId, SignatureVersion, \
-                 TracingConfig, MaximumMessageSize)."
+                 TracingConfig, MaximumMessageSize, FifoTopic, ContentBasedDeduplication, \
+                 FifoThroughputScope)."
             ),
         )),
     }
@@ -188,9 +267,65 @@ fn filter_scope(attributes: &BTreeMap<String, String>) -> Result<FilterScope, St
         })
 }
 
-/// Checks one subscription attribute a client sets, against the others
-/// it will sit beside (a policy is checked in its scope).
+/// Checks that an endpoint may subscribe to a topic: FIFO queues to FIFO
+/// topics only, as in SNS; and — unlike SNS, which since 2023 also lets
+/// standard queues subscribe to FIFO topics — standard queues to standard
+/// topics only, because a FIFO topic's deduplication is done by its
+/// subscribed queues' own deduplication windows and a standard queue has
+/// none. A push endpoint (`queue` is `None`) to a standard topic only, as
+/// in SNS.
+fn validate_endpoint_kind(
+    topic: &TopicDefinition,
+    queue: Option<&QueueName>,
+    endpoint: &str,
+) -> Result<(), SqsError> {
+    match (topic.is_fifo(), queue.map(QueueName::is_fifo)) {
+        (false, Some(true)) => Err(SqsError::sns_invalid_parameter(
+            "Endpoint",
+            format_args!(
+                "{endpoint} is a FIFO queue; FIFO SQS queues can not be subscribed to standard \
+                 SNS topics."
+            ),
+        )),
+        (true, Some(false)) => Err(SqsError::sns_invalid_parameter(
+            "Endpoint",
+            format_args!(
+                "{endpoint} is a standard queue; a FIFO topic delivers to FIFO queues only in \
+                 ackbox (it deduplicates through each queue's deduplication window)."
+            ),
+        )),
+        (true, None) => Err(SqsError::sns_invalid_parameter(
+            "Protocol",
+            "a FIFO topic delivers to FIFO SQS queues only, not to http or https endpoints.",
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// A fresh secret for a push subscription's confirmation.
+fn confirmation_token() -> String {
+    format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+/// A new subscription, as [`Engine::subscribe`] made or found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscribed {
+    /// Its ARN.
+    pub subscription_arn: String,
+    /// Whether its endpoint has yet to confirm it (push subscriptions).
+    pub pending_confirmation: bool,
+}
+
+/// Checks one attribute a client sets on a subscription of `protocol`,
+/// against the others it will sit beside (a policy is checked in its
+/// scope).
 fn validate_subscription_attribute(
+    realm: &Realm,
+    protocol: &str,
     name: &str,
     value: &str,
     others: &BTreeMap<String, String>,
@@ -219,11 +354,13 @@ fn validate_subscription_attribute(
                 None => Ok(()),
             }
         }
-        RAW_MESSAGE_DELIVERY
-            if value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false") =>
-        {
-            Ok(())
-        }
+        RAW_MESSAGE_DELIVERY if is_boolean(value) => Ok(()),
+        DELIVERY_POLICY if !is_push(protocol) => Err(invalid(format!(
+            "a DeliveryPolicy is for http and https subscriptions; this one is {protocol}."
+        ))),
+        DELIVERY_POLICY => parse_subscription_policy(value).map(drop).map_err(invalid),
+        REDRIVE_POLICY if value.is_empty() => Ok(()),
+        REDRIVE_POLICY => dead_letter_target(realm, value).map(drop),
         RAW_MESSAGE_DELIVERY => Err(SqsError::sns_invalid_parameter(
             "Attributes.RawMessageDelivery",
             format_args!("{value:?} must be true or false."),
@@ -232,7 +369,8 @@ fn validate_subscription_attribute(
             "AttributeName",
             format_args!(
                 "{other:?} is not a subscription attribute this version of ackbox sets \
-                 (RawMessageDelivery, FilterPolicy, FilterPolicyScope)."
+                 (RawMessageDelivery, FilterPolicy, FilterPolicyScope, DeliveryPolicy, \
+                 RedrivePolicy)."
             ),
         )),
     }
@@ -291,23 +429,22 @@ impl Engine {
         tags: &BTreeMap<String, String>,
     ) -> Result<String, EngineError> {
         let name: TopicName = name.parse()?;
-        if name.is_fifo() {
-            return Err(SqsError::sns_invalid_parameter(
-                "Name",
-                format_args!(
-                    "{name} names a FIFO topic; FIFO topics are not available in this version of \
-                     ackbox."
-                ),
-            )
-            .into());
-        }
         for (attribute, value) in attributes {
             validate_topic_attribute(attribute, value, true)?;
         }
+        validate_topic_kind(&name, attributes)?;
         validate_tags(tags)?;
         let arn = self.realm().topic_arn(&name);
         let mut settings = attributes.clone();
-        settings.remove("FifoTopic");
+        if name.is_fifo() {
+            // Kept in one spelling, so that `is_fifo` and listings agree.
+            settings.insert(FIFO_TOPIC.to_owned(), "true".to_owned());
+            settings
+                .entry(CONTENT_BASED_DEDUPLICATION.to_owned())
+                .or_insert_with(|| "false".to_owned());
+        } else {
+            settings.remove(FIFO_TOPIC);
+        }
         let definition = TopicDefinition {
             created_at: self.now(),
             attributes: settings.clone(),
@@ -340,7 +477,17 @@ impl Engine {
     /// does not exist succeeds, as in SNS.
     pub async fn delete_topic(&self, topic_arn: &str) -> Result<(), EngineError> {
         let name = self.topic_name(topic_arn)?;
+        let subscriptions = match self.topic_definition(&name).await {
+            Ok((definition, _)) => definition.subscriptions,
+            Err(EngineError::Sqs(error)) if error.code == ErrorCode::NotFound => Vec::new(),
+            Err(other) => return Err(other),
+        };
         self.inner.store.topic_delete(name.as_str()).await?;
+        for subscription in subscriptions {
+            if is_push(&subscription.protocol) {
+                self.drop_delivery_queue(&subscription.id).await?;
+            }
+        }
         Ok(())
     }
 
@@ -398,9 +545,10 @@ impl Engine {
         let name = self.topic_name(topic_arn)?;
         validate_topic_attribute(attribute, value, false)?;
         self.change_topic(&name, |definition| {
-            definition
-                .attributes
-                .insert(attribute.to_owned(), value.to_owned());
+            let mut attributes = definition.attributes.clone();
+            attributes.insert(attribute.to_owned(), value.to_owned());
+            validate_topic_kind(&name, &attributes)?;
+            definition.attributes = attributes;
             Ok(())
         })
         .await
@@ -444,49 +592,59 @@ impl Engine {
         Ok(self.topic_definition(&name).await?.0.tags)
     }
 
-    /// Subscribe: the subscription's ARN, new or — for the same protocol,
-    /// endpoint and attributes — existing.
+    /// Subscribe: the subscription, new or — for the same protocol, endpoint
+    /// and attributes — existing. A push subscription (`http`, `https`) is
+    /// pending until its endpoint confirms it; `server_url` is this server's
+    /// URL as the client reached it, for the confirmation's `SubscribeURL`.
     pub async fn subscribe(
         &self,
         topic_arn: &str,
         protocol: &str,
         endpoint: Option<&str>,
         attributes: &BTreeMap<String, String>,
-    ) -> Result<String, EngineError> {
+        server_url: &str,
+    ) -> Result<Subscribed, EngineError> {
         let name = self.topic_name(topic_arn)?;
-        if protocol != SQS_PROTOCOL {
-            return Err(SqsError::sns_invalid_parameter(
-                "Protocol",
-                format_args!(
-                    "{protocol:?} is not a protocol this version of ackbox delivers to; it \
-                     delivers to sqs (an ackbox queue's ARN)."
-                ),
-            )
-            .into());
-        }
         let endpoint = endpoint.ok_or_else(|| {
             SqsError::sns_invalid_parameter(
                 "Endpoint",
-                "an sqs subscription needs the queue's ARN.",
+                format_args!("a {protocol} subscription needs an endpoint."),
             )
         })?;
-        let queue = self.subscribed_queue(endpoint)?;
-        if queue.is_fifo() {
-            return Err(SqsError::sns_invalid_parameter(
-                "Endpoint",
-                format_args!(
-                    "{endpoint} is a FIFO queue; FIFO SQS queues can not be subscribed to standard \
-                     SNS topics."
-                ),
-            )
-            .into());
-        }
+        let queue = match protocol {
+            SQS_PROTOCOL => Some(self.subscribed_queue(endpoint)?),
+            HTTP_PROTOCOL | HTTPS_PROTOCOL => {
+                validate_endpoint(protocol, endpoint)?;
+                None
+            }
+            other => {
+                return Err(SqsError::sns_invalid_parameter(
+                    "Protocol",
+                    format_args!(
+                        "{other:?} is not a protocol this version of ackbox delivers to; it \
+                         delivers to sqs (an ackbox queue's ARN), http and https (a URL)."
+                    ),
+                )
+                .into());
+            }
+        };
         for (attribute, value) in attributes {
-            validate_subscription_attribute(attribute, value, attributes)?;
+            validate_subscription_attribute(self.realm(), protocol, attribute, value, attributes)?;
         }
-        let fresh_id = uuid::Uuid::new_v4().to_string();
-        let id = self
+        if let Some(policy) = attributes.get(REDRIVE_POLICY) {
+            self.check_dead_letter_queue(policy).await?;
+        }
+        let fresh = SubscriptionDefinition {
+            id: uuid::Uuid::new_v4().to_string(),
+            protocol: protocol.to_owned(),
+            endpoint: endpoint.to_owned(),
+            attributes: attributes.clone(),
+            confirmation_token: is_push(protocol).then(confirmation_token),
+            pending_confirmation: is_push(protocol),
+        };
+        let subscription = self
             .change_topic(&name, |definition| {
+                validate_endpoint_kind(definition, queue.as_ref(), endpoint)?;
                 if let Some(existing) = definition.subscriptions.iter().find(|subscription| {
                     subscription.protocol == protocol && subscription.endpoint == endpoint
                 }) {
@@ -499,7 +657,7 @@ impl Engine {
                             "Subscription already exists with different attributes",
                         ))
                     } else {
-                        Ok(existing.id.clone())
+                        Ok(existing.clone())
                     };
                 }
                 if definition.subscriptions.len() >= MAX_SUBSCRIPTIONS_PER_TOPIC {
@@ -511,13 +669,48 @@ impl Engine {
                         ),
                     ));
                 }
-                definition.subscriptions.push(SubscriptionDefinition {
-                    id: fresh_id.clone(),
-                    protocol: protocol.to_owned(),
-                    endpoint: endpoint.to_owned(),
-                    attributes: attributes.clone(),
-                });
-                Ok(fresh_id.clone())
+                definition.subscriptions.push(fresh.clone());
+                Ok(fresh.clone())
+            })
+            .await?;
+        if is_push(protocol) {
+            // After the subscription is stored: a retried Subscribe finds it
+            // and finishes what a failure here left undone.
+            self.ensure_delivery_queue(&subscription).await?;
+            if subscription.pending_confirmation {
+                self.request_confirmation(&name, &subscription, server_url)
+                    .await?;
+            }
+        }
+        Ok(Subscribed {
+            subscription_arn: self.realm().subscription_arn(&name, &subscription.id),
+            pending_confirmation: subscription.pending_confirmation,
+        })
+    }
+
+    /// ConfirmSubscription: the endpoint of a pending push subscription
+    /// proves it got the confirmation request by returning its token.
+    /// Confirming again succeeds.
+    pub async fn confirm_subscription(
+        &self,
+        topic_arn: &str,
+        token: &str,
+    ) -> Result<String, EngineError> {
+        let name = self.topic_name(topic_arn)?;
+        let id = self
+            .change_topic(&name, |definition| {
+                let subscription = definition
+                    .subscriptions
+                    .iter_mut()
+                    .find(|subscription| subscription.confirmation_token.as_deref() == Some(token))
+                    .ok_or_else(|| {
+                        SqsError::sns_invalid_parameter(
+                            "Token",
+                            "Invalid token: it confirms no subscription of this topic.",
+                        )
+                    })?;
+                subscription.pending_confirmation = false;
+                Ok(subscription.id.clone())
             })
             .await?;
         Ok(self.realm().subscription_arn(&name, &id))
@@ -537,24 +730,27 @@ impl Engine {
         })
     }
 
-    /// Unsubscribe. A subscription already gone succeeds, as in SNS.
+    /// Unsubscribe, with a push subscription's delivery queue and what it
+    /// still held. A subscription already gone succeeds, as in SNS.
     pub async fn unsubscribe(&self, subscription_arn: &str) -> Result<(), EngineError> {
         let (name, id) = self.realm().subscription_from_arn(subscription_arn)?;
-        match self
+        let removed = self
             .change_topic(&name, |definition| {
-                definition
+                let removed = definition
                     .subscriptions
-                    .retain(|subscription| subscription.id != id);
-                Ok(())
+                    .iter()
+                    .position(|subscription| subscription.id == id)
+                    .map(|index| definition.subscriptions.remove(index));
+                Ok(removed)
             })
-            .await
-        {
-            Err(EngineError::Sqs(error))
-                if error.code == ackbox_core::error::ErrorCode::NotFound =>
-            {
-                Ok(())
+            .await;
+        match removed {
+            Ok(Some(subscription)) if is_push(&subscription.protocol) => {
+                self.drop_delivery_queue(&subscription.id).await
             }
-            other => other,
+            Ok(_) => Ok(()),
+            Err(EngineError::Sqs(error)) if error.code == ErrorCode::NotFound => Ok(()),
+            Err(other) => Err(other),
         }
     }
 
@@ -585,7 +781,11 @@ impl Engine {
             let definition = TopicDefinition::decode(&record)?;
             summaries.extend(definition.subscriptions.into_iter().map(|subscription| {
                 SubscriptionSummary {
-                    subscription_arn: realm.subscription_arn(&name, &subscription.id),
+                    subscription_arn: if subscription.pending_confirmation {
+                        "PendingConfirmation".to_owned()
+                    } else {
+                        realm.subscription_arn(&name, &subscription.id)
+                    },
                     owner: realm.account_id.clone(),
                     protocol: subscription.protocol,
                     endpoint: subscription.endpoint,
@@ -608,22 +808,37 @@ impl Engine {
             .map_err(subscription_not_found)?;
         let subscription = definition
             .subscriptions
-            .into_iter()
+            .iter()
             .find(|subscription| subscription.id == id)
+            .cloned()
             .ok_or_else(|| SqsError::sns_not_found("Subscription"))?;
         let realm = self.realm();
         let mut attributes = subscription.attributes.clone();
         attributes
             .entry(RAW_MESSAGE_DELIVERY.to_owned())
             .or_insert_with(|| "false".to_owned());
+        if is_push(&subscription.protocol) {
+            let policy = definition.push_policy(&subscription);
+            attributes.insert(
+                "EffectiveDeliveryPolicy".to_owned(),
+                serde_json::json!({
+                    "healthyRetryPolicy": policy.retry,
+                    "throttlePolicy": {"maxReceivesPerSecond": policy.max_receives_per_second},
+                    "requestPolicy": {"headerContentType": policy.content_type},
+                })
+                .to_string(),
+            );
+        }
+        let pending = subscription.pending_confirmation.to_string();
+        let authenticated = (!is_push(&subscription.protocol)).to_string();
         for (attribute, value) in [
             ("SubscriptionArn", realm.subscription_arn(&name, &id)),
             ("TopicArn", realm.topic_arn(&name)),
             ("Owner", realm.account_id.clone()),
             ("Protocol", subscription.protocol),
             ("Endpoint", subscription.endpoint),
-            ("ConfirmationWasAuthenticated", "true".to_owned()),
-            ("PendingConfirmation", "false".to_owned()),
+            ("ConfirmationWasAuthenticated", authenticated),
+            ("PendingConfirmation", pending),
         ] {
             attributes.insert(attribute.to_owned(), value);
         }
@@ -638,27 +853,45 @@ impl Engine {
         value: &str,
     ) -> Result<(), EngineError> {
         let (name, id) = self.realm().subscription_from_arn(subscription_arn)?;
-        self.change_topic(&name, |definition| {
-            let subscription = definition
-                .subscriptions
-                .iter_mut()
-                .find(|subscription| subscription.id == id)
-                .ok_or_else(|| SqsError::sns_not_found("Subscription"))?;
-            validate_subscription_attribute(attribute, value, &subscription.attributes)?;
-            subscription
-                .attributes
-                .insert(attribute.to_owned(), value.to_owned());
-            Ok(())
-        })
-        .await
-        .map_err(subscription_not_found)
+        if attribute == REDRIVE_POLICY {
+            self.check_dead_letter_queue(value).await?;
+        }
+        let subscription = self
+            .change_topic(&name, |definition| {
+                let subscription = definition
+                    .subscriptions
+                    .iter_mut()
+                    .find(|subscription| subscription.id == id)
+                    .ok_or_else(|| SqsError::sns_not_found("Subscription"))?;
+                validate_subscription_attribute(
+                    self.realm(),
+                    &subscription.protocol,
+                    attribute,
+                    value,
+                    &subscription.attributes,
+                )?;
+                if attribute == REDRIVE_POLICY && value.is_empty() {
+                    subscription.attributes.remove(attribute);
+                } else {
+                    subscription
+                        .attributes
+                        .insert(attribute.to_owned(), value.to_owned());
+                }
+                Ok(subscription.clone())
+            })
+            .await
+            .map_err(subscription_not_found)?;
+        if is_push(&subscription.protocol) && attribute == REDRIVE_POLICY {
+            self.ensure_delivery_queue(&subscription).await?;
+        }
+        Ok(())
     }
 }
 
 /// A subscription's topic that is gone is a subscription that is gone.
 fn subscription_not_found(error: EngineError) -> EngineError {
     match error {
-        EngineError::Sqs(error) if error.code == ackbox_core::error::ErrorCode::NotFound => {
+        EngineError::Sqs(error) if error.code == ErrorCode::NotFound => {
             SqsError::sns_not_found("Subscription").into()
         }
         other => other,

@@ -10,20 +10,22 @@
 //! before anything is stored. A subscription's filter policy decides
 //! which entries it takes (`ackbox_core::filter_policy`).
 
+use ackbox_core::digest::content_deduplication_id;
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_core::filter_policy::{FilterPolicy, FilterScope};
-use ackbox_core::limits::FIFO_DEDUPLICATION_WINDOW_SECONDS;
+use ackbox_core::limits::{FIFO_DEDUPLICATION_WINDOW_SECONDS, MAX_FIFO_TOKEN_LEN};
 use ackbox_core::message::{MessageAttributes, message_size, validate_message_attributes};
 use ackbox_core::topic_name::TopicName;
 
 use super::envelope::Notification;
+use super::push::{NOTIFICATION, delivery_attributes, delivery_queue, is_push};
 use super::{SQS_PROTOCOL, SubscriptionDefinition, TopicDefinition};
 use crate::counters;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::queue::Queue;
-use crate::send::SendEntry;
-use crate::store::{MessageInsertParams, NewMessage, StoreError};
+use crate::send::{SendEntry, sequence_number};
+use crate::store::{InsertedMessage, MessageInsertParams, NewMessage, StoreError};
 
 /// The longest `Subject` SNS takes.
 const MAX_SUBJECT_LEN: usize = 100;
@@ -39,8 +41,12 @@ pub struct PublishEntry {
     pub message_structure: Option<String>,
     /// `MessageAttributes`.
     pub attributes: MessageAttributes,
-    /// `MessageGroupId`: each copy's group (a tenant of a fair queue).
+    /// `MessageGroupId`: each copy's group — on a FIFO topic the group
+    /// whose order every subscribed queue keeps, on a standard one a tenant
+    /// of a fair queue.
     pub group_id: Option<String>,
+    /// `MessageDeduplicationId` (FIFO topics only).
+    pub deduplication_id: Option<String>,
 }
 
 /// What a successful publish returns.
@@ -48,6 +54,10 @@ pub struct PublishEntry {
 pub struct Published {
     /// The notification's id, the same in every subscriber's envelope.
     pub message_id: String,
+    /// On a FIFO topic: the `SequenceNumber` the first subscribed queue
+    /// that took the message gave it (its first publish's, for a
+    /// duplicate).
+    pub sequence_number: Option<String>,
 }
 
 /// A subscribed queue and how it wants the message.
@@ -87,6 +97,9 @@ impl Engine {
         let topic_arn = self.realm().topic_arn(&name);
         let targets = self.targets(&name, &definition).await?;
         let mut copies: Vec<Vec<NewMessage>> = targets.iter().map(|_| Vec::new()).collect();
+        // Per published entry: the target and position of its first copy,
+        // whose sequence number a FIFO topic answers with.
+        let mut first_copies = Vec::with_capacity(entries.len());
         let mut outcomes = Vec::with_capacity(entries.len());
         for entry in entries {
             let outcome = self
@@ -99,20 +112,47 @@ impl Engine {
                     endpoint,
                 )
                 .map(|(message_id, entry_copies)| {
-                    for (queue_copies, copy) in copies.iter_mut().zip(entry_copies) {
-                        queue_copies.extend(copy);
+                    let mut first_copy = None;
+                    for (target, (queue_copies, copy)) in
+                        copies.iter_mut().zip(entry_copies).enumerate()
+                    {
+                        if let Some(copy) = copy {
+                            first_copy.get_or_insert((target, queue_copies.len()));
+                            queue_copies.push(copy);
+                        }
                     }
-                    Published { message_id }
+                    first_copies.push(first_copy);
+                    Published {
+                        message_id,
+                        sequence_number: None,
+                    }
                 });
             outcomes.push(outcome);
         }
         let published = outcomes.iter().filter(|outcome| outcome.is_ok()).count() as u64;
-        let delivered = self.store_copies(&name, targets, copies).await?;
+        let stored = self.store_copies(&name, targets, copies).await?;
+        let delivered = stored
+            .iter()
+            .flatten()
+            .flatten()
+            .filter(|copy| !copy.duplicate)
+            .count() as u64;
         counters::published(&name, published, delivered);
+        if definition.is_fifo() {
+            let mut first_copies = first_copies.into_iter();
+            for published in outcomes.iter_mut().flatten() {
+                published.sequence_number = first_copies
+                    .next()
+                    .flatten()
+                    .and_then(|(target, position)| stored[target].as_ref()?.get(position))
+                    .map(|copy| sequence_number(copy.seq));
+            }
+        }
         Ok(outcomes)
     }
 
-    /// The live queues subscribed to the topic.
+    /// The live queues subscribed to the topic, and the delivery queues of
+    /// its confirmed push subscriptions.
     async fn targets<'a>(
         &self,
         topic: &TopicName,
@@ -120,11 +160,17 @@ impl Engine {
     ) -> Result<Vec<Target<'a>>, EngineError> {
         let mut targets = Vec::with_capacity(definition.subscriptions.len());
         for subscription in &definition.subscriptions {
-            if subscription.protocol != SQS_PROTOCOL {
-                continue;
-            }
-            let Some(queue_name) = self.realm().queue_name_from_arn(&subscription.endpoint) else {
-                continue;
+            let queue_name = if is_push(&subscription.protocol) {
+                if subscription.pending_confirmation {
+                    continue;
+                }
+                delivery_queue(&subscription.id)
+            } else {
+                let Some(queue_name) = self.realm().queue_name_from_arn(&subscription.endpoint)
+                else {
+                    continue;
+                };
+                queue_name
             };
             match self.queue(&queue_name).await {
                 Ok(queue) => targets.push(Target {
@@ -160,7 +206,15 @@ impl Engine {
     ) -> Result<(String, Vec<Option<NewMessage>>), SqsError> {
         validate_entry(definition, &entry)?;
         let message_id = uuid::Uuid::new_v4().to_string();
-        let message = sqs_text(&entry)?;
+        let message = protocol_text(&entry, SQS_PROTOCOL)?;
+        // A FIFO topic's copies carry the publish's deduplication id (or
+        // the message's digest), never one derived from the envelope,
+        // which differs for every publish.
+        let deduplication_id = match &entry.deduplication_id {
+            Some(id) => Some(id.clone()),
+            None if definition.is_fifo() => Some(content_deduplication_id(&message)),
+            None => None,
+        };
         let mut copies = Vec::with_capacity(targets.len());
         for target in targets {
             if !target.takes(&entry, &message) {
@@ -168,26 +222,43 @@ impl Engine {
                 continue;
             }
             let subscription_arn = format!("{topic_arn}:{}", target.subscription.id);
+            let protocol = target.subscription.protocol.as_str();
+            let text = match protocol {
+                SQS_PROTOCOL => message.clone(),
+                other => protocol_text(&entry, other)?,
+            };
+            let push = is_push(protocol);
             let (body, attributes) = if target.subscription.raw_message_delivery() {
-                (message.clone(), entry.attributes.clone())
+                let attributes = if push {
+                    delivery_attributes(NOTIFICATION, &message_id)
+                } else {
+                    entry.attributes.clone()
+                };
+                (text, attributes)
             } else {
                 let notification = Notification {
                     message_id: &message_id,
                     topic_arn,
                     subject: entry.subject.as_deref(),
-                    message: &message,
+                    message: &text,
                     timestamp: self.now(),
                     attributes: &entry.attributes,
                     unsubscribe_url: format!(
                         "{endpoint}/?Action=Unsubscribe&SubscriptionArn={subscription_arn}"
                     ),
                 };
-                (notification.envelope(), MessageAttributes::new())
+                let attributes = if push {
+                    delivery_attributes(NOTIFICATION, &message_id)
+                } else {
+                    MessageAttributes::new()
+                };
+                (notification.envelope(), attributes)
             };
             let send = SendEntry {
                 body,
                 attributes,
                 group_id: entry.group_id.clone(),
+                deduplication_id: deduplication_id.clone(),
                 ..SendEntry::default()
             };
             let copy = self
@@ -206,29 +277,32 @@ impl Engine {
         Ok((message_id, copies))
     }
 
-    /// Stores every target's copies in one transaction; how many were
-    /// stored. A queue deleted since it was looked up takes nothing: the
-    /// others are stored without it.
+    /// Stores every target's copies in one transaction; what the store did
+    /// with each target's copies, in target order (`None` for a target that
+    /// took nothing or whose queue was deleted since it was looked up: the
+    /// others are stored without it).
     async fn store_copies(
         &self,
         topic: &TopicName,
         targets: Vec<Target<'_>>,
         copies: Vec<Vec<NewMessage>>,
-    ) -> Result<u64, EngineError> {
+    ) -> Result<Vec<Option<Vec<InsertedMessage>>>, EngineError> {
         let window_start = self.now() - FIFO_DEDUPLICATION_WINDOW_SECONDS * 1_000;
-        let mut pending: Vec<(std::sync::Arc<Queue>, Vec<NewMessage>)> = targets
+        let mut stored = vec![None; targets.len()];
+        let mut pending: Vec<(usize, std::sync::Arc<Queue>, Vec<NewMessage>)> = targets
             .into_iter()
             .zip(copies)
-            .filter(|(_, messages)| !messages.is_empty())
-            .map(|(target, messages)| (target.queue, messages))
+            .enumerate()
+            .filter(|(_, (_, messages))| !messages.is_empty())
+            .map(|(index, (target, messages))| (index, target.queue, messages))
             .collect();
         loop {
             if pending.is_empty() {
-                return Ok(0);
+                return Ok(stored);
             }
             let batches = pending
                 .iter()
-                .map(|(queue, messages)| MessageInsertParams {
+                .map(|(_, queue, messages)| MessageInsertParams {
                     queue_id: queue.id,
                     messages: messages.clone(),
                     deduplication_window_start: window_start,
@@ -236,20 +310,19 @@ impl Engine {
                 .collect();
             match self.inner.store.message_insert_atomic(batches).await {
                 Ok(inserted) => {
-                    let mut delivered = 0;
-                    for ((queue, _), stored) in pending.iter().zip(inserted) {
-                        let stored = stored.iter().filter(|message| !message.duplicate).count();
-                        counters::sent(&queue.name, stored as u64, 0);
-                        for _ in 0..stored {
+                    for ((index, queue, _), inserted) in pending.iter().zip(inserted) {
+                        let fresh = inserted.iter().filter(|message| !message.duplicate).count();
+                        counters::sent(&queue.name, fresh as u64, 0);
+                        for _ in 0..fresh {
                             queue.arrivals.notify_one();
                         }
-                        delivered += stored as u64;
+                        stored[*index] = Some(inserted);
                     }
-                    return Ok(delivered);
+                    return Ok(stored);
                 }
                 Err(StoreError::QueueNotFound { queue_id }) => {
                     let before = pending.len();
-                    pending.retain(|(queue, _)| queue.id != queue_id);
+                    pending.retain(|(_, queue, _)| queue.id != queue_id);
                     if pending.len() == before {
                         return Err(StoreError::QueueNotFound { queue_id }.into());
                     }
@@ -262,8 +335,10 @@ impl Engine {
 }
 
 /// SNS's checks of one entry: a message, a subject SNS would take, the
-/// topic's size limit, attributes SQS could carry.
+/// topic's size limit, attributes SQS could carry, FIFO keys where the
+/// topic is FIFO.
 fn validate_entry(definition: &TopicDefinition, entry: &PublishEntry) -> Result<(), SqsError> {
+    validate_fifo_keys(definition, entry)?;
     if entry.message.is_empty() {
         return Err(SqsError::sns_invalid_parameter(
             "Message",
@@ -305,9 +380,59 @@ fn validate_entry(definition: &TopicDefinition, entry: &PublishEntry) -> Result<
     Ok(())
 }
 
-/// The text an sqs subscriber gets: the message, or with `MessageStructure`
-/// `json` its `sqs` member, else its `default` one.
-fn sqs_text(entry: &PublishEntry) -> Result<String, SqsError> {
+/// A FIFO topic's publish needs a group and a deduplication id (or a topic
+/// that derives one); a standard topic's takes no deduplication id.
+fn validate_fifo_keys(definition: &TopicDefinition, entry: &PublishEntry) -> Result<(), SqsError> {
+    for (parameter, token) in [
+        ("MessageGroupId", &entry.group_id),
+        ("MessageDeduplicationId", &entry.deduplication_id),
+    ] {
+        if let Some(token) = token {
+            let valid = (1..=MAX_FIFO_TOKEN_LEN).contains(&token.len())
+                && token.bytes().all(|byte| byte.is_ascii_graphic());
+            if !valid {
+                return Err(SqsError::sns_invalid_parameter(
+                    parameter,
+                    format_args!(
+                        "{token:?} must be 1 to {MAX_FIFO_TOKEN_LEN} letters, digits and \
+                         punctuation marks."
+                    ),
+                ));
+            }
+        }
+    }
+    if !definition.is_fifo() {
+        return match &entry.deduplication_id {
+            Some(id) => Err(SqsError::sns_invalid_parameter(
+                "MessageDeduplicationId",
+                format_args!(
+                    "{id:?}: the request includes MessageDeduplicationId parameter that is not \
+                     valid for this topic type (a standard topic)."
+                ),
+            )),
+            None => Ok(()),
+        };
+    }
+    if entry.group_id.is_none() {
+        return Err(SqsError::sns_invalid_parameter(
+            "MessageGroupId",
+            "The MessageGroupId parameter is required for FIFO topics.",
+        ));
+    }
+    if entry.deduplication_id.is_none() && !definition.content_based_deduplication() {
+        return Err(SqsError::sns_invalid_parameter(
+            "MessageDeduplicationId",
+            "The topic should either have ContentBasedDeduplication enabled or \
+             MessageDeduplicationId provided explicitly.",
+        ));
+    }
+    Ok(())
+}
+
+/// The text a subscriber of `protocol` gets: the message, or with
+/// `MessageStructure` `json` its member for the protocol, else its
+/// `default` one.
+fn protocol_text(entry: &PublishEntry, protocol: &str) -> Result<String, SqsError> {
     match entry.message_structure.as_deref() {
         None => Ok(entry.message.clone()),
         Some("json") => {
@@ -330,7 +455,7 @@ fn sqs_text(entry: &PublishEntry) -> Result<String, SqsError> {
                 ));
             }
             let text = structure
-                .get(SQS_PROTOCOL)
+                .get(protocol)
                 .and_then(serde_json::Value::as_str)
                 .or_else(|| structure.get("default").and_then(serde_json::Value::as_str))
                 .unwrap_or_default();

@@ -25,6 +25,7 @@ pub mod batch;
 pub mod cancel_message_move_task;
 pub mod change_message_visibility;
 pub mod change_message_visibility_batch;
+pub mod confirm_subscription;
 pub mod create_queue;
 pub mod create_topic;
 pub mod delete_message;
@@ -367,6 +368,7 @@ sns_resources! {
     get_topic_attributes: |request| vec![Resource::TopicArn(&request.topic_arn)],
     set_topic_attributes: |request| vec![Resource::TopicArn(&request.topic_arn)],
     subscribe: |request| vec![Resource::TopicArn(&request.topic_arn)],
+    confirm_subscription: |request| vec![Resource::TopicArn(&request.topic_arn)],
     unsubscribe: |request| vec![Resource::SubscriptionArn(&request.subscription_arn)],
     list_subscriptions: |_request| vec![Resource::Listing],
     list_subscriptions_by_topic: |request| vec![Resource::TopicArn(&request.topic_arn)],

@@ -33,7 +33,8 @@ pub struct Request {
     /// Message attributes.
     #[serde(default)]
     pub message_attributes: MessageAttributes,
-    /// The message group (a tenant of a fair queue).
+    /// The message group: FIFO topics keep its order; on a standard topic,
+    /// a tenant of a fair queue.
     #[serde(default)]
     pub message_group_id: Option<String>,
     /// FIFO topics only.
@@ -47,6 +48,9 @@ pub struct Request {
 pub struct Response {
     /// The notification's id.
     pub message_id: String,
+    /// FIFO topics: the message's sequence number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequence_number: Option<String>,
 }
 
 /// The topic a publish names, by `TopicArn` or `TargetArn`.
@@ -73,21 +77,16 @@ pub fn entry(
     message_structure: Option<String>,
     attributes: MessageAttributes,
     group_id: Option<String>,
-    deduplication_id: Option<&str>,
-) -> Result<PublishEntry, SqsError> {
-    if let Some(deduplication_id) = deduplication_id {
-        return Err(SqsError::sns_invalid_parameter(
-            "MessageDeduplicationId",
-            format_args!("{deduplication_id:?}: the parameter is only for FIFO topics."),
-        ));
-    }
-    Ok(PublishEntry {
+    deduplication_id: Option<String>,
+) -> PublishEntry {
+    PublishEntry {
         message,
         subject,
         message_structure,
         attributes,
         group_id,
-    })
+        deduplication_id,
+    }
 }
 
 /// Runs Publish.
@@ -103,8 +102,8 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
         request.message_structure,
         request.message_attributes,
         request.message_group_id,
-        request.message_deduplication_id.as_deref(),
-    )?;
+        request.message_deduplication_id,
+    );
     let outcome = context
         .engine
         .publish(topic, vec![entry], &context.sender_id, &context.base_url)
@@ -113,5 +112,6 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
         .expect("one outcome for one entry")?;
     Ok(Response {
         message_id: outcome.message_id,
+        sequence_number: outcome.sequence_number,
     })
 }

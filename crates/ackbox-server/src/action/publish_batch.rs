@@ -53,6 +53,9 @@ pub struct ResultEntry {
     pub id: String,
     /// The notification's id.
     pub message_id: String,
+    /// FIFO topics: the message's sequence number.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sequence_number: Option<String>,
 }
 
 /// PublishBatch response.
@@ -74,25 +77,21 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
             .iter()
             .map(|entry| entry.id.as_str()),
     )?;
-    let mut ids = Vec::with_capacity(request.publish_batch_request_entries.len());
-    let mut refused = Vec::new();
-    let mut entries = Vec::new();
-    for request_entry in request.publish_batch_request_entries {
-        match entry(
-            request_entry.message,
-            request_entry.subject,
-            request_entry.message_structure,
-            request_entry.message_attributes,
-            request_entry.message_group_id,
-            request_entry.message_deduplication_id.as_deref(),
-        ) {
-            Ok(entry) => {
-                ids.push(request_entry.id);
-                entries.push(entry);
-            }
-            Err(error) => refused.push(ErrorEntry::new(request_entry.id, &error)),
-        }
-    }
+    let (ids, entries): (Vec<_>, Vec<_>) = request
+        .publish_batch_request_entries
+        .into_iter()
+        .map(|request_entry| {
+            let published = entry(
+                request_entry.message,
+                request_entry.subject,
+                request_entry.message_structure,
+                request_entry.message_attributes,
+                request_entry.message_group_id,
+                request_entry.message_deduplication_id,
+            );
+            (request_entry.id, published)
+        })
+        .unzip();
     let outcomes = context
         .engine
         .publish(
@@ -103,12 +102,13 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
         )
         .await?;
     let mut successful = Vec::new();
-    let mut failed = refused;
+    let mut failed = Vec::new();
     for (id, outcome) in ids.into_iter().zip(outcomes) {
         match outcome {
             Ok(published) => successful.push(ResultEntry {
                 id,
                 message_id: published.message_id,
+                sequence_number: published.sequence_number,
             }),
             Err(error) => failed.push(ErrorEntry::new(id, &error)),
         }

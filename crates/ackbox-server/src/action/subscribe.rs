@@ -1,4 +1,5 @@
-//! Subscribe (SNS): an ackbox queue (`sqs`) to a topic.
+//! Subscribe (SNS): an ackbox queue (`sqs`) or an HTTP endpoint (`http`,
+//! `https`) to a topic.
 
 use std::collections::BTreeMap;
 
@@ -13,15 +14,16 @@ use crate::error::ApiError;
 pub struct Request {
     /// The topic.
     pub topic_arn: String,
-    /// `sqs`.
+    /// `sqs`, `http` or `https`.
     pub protocol: String,
-    /// The queue's ARN.
+    /// The queue's ARN, or the URL.
     #[serde(default)]
     pub endpoint: Option<String>,
     /// `RawMessageDelivery`, …
     #[serde(default)]
     pub attributes: BTreeMap<String, String>,
-    /// Always honoured: an ackbox subscription is confirmed at once.
+    /// Answer with the ARN even while the subscription awaits its
+    /// endpoint's confirmation (else `pending confirmation`, as SNS says).
     #[serde(default)]
     pub return_subscription_arn: Option<bool>,
 }
@@ -30,20 +32,30 @@ pub struct Request {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Response {
-    /// The subscription's ARN.
+    /// The subscription's ARN, or `pending confirmation`.
     pub subscription_arn: String,
 }
 
+/// What SNS answers for a subscription its endpoint has yet to confirm.
+const PENDING_CONFIRMATION: &str = "pending confirmation";
+
 /// Runs Subscribe.
 pub async fn handle(context: &RequestContext, request: Request) -> Result<Response, ApiError> {
-    let subscription_arn = context
+    let subscribed = context
         .engine
         .subscribe(
             &request.topic_arn,
             &request.protocol,
             request.endpoint.as_deref(),
             &request.attributes,
+            &context.base_url,
         )
         .await?;
+    let subscription_arn =
+        if subscribed.pending_confirmation && request.return_subscription_arn != Some(true) {
+            PENDING_CONFIRMATION.to_owned()
+        } else {
+            subscribed.subscription_arn
+        };
     Ok(Response { subscription_arn })
 }

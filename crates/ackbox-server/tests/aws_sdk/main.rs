@@ -11,6 +11,7 @@ mod leases;
 mod long_poll;
 mod messages;
 mod parity;
+mod push;
 mod queues;
 mod topics;
 

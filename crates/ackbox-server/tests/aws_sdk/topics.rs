@@ -633,3 +633,228 @@ async fn filter_policies_pick_what_each_subscription_takes() {
         sns_message(&scope)
     );
 }
+
+/// Receives and deletes until the FIFO queue is empty; the bodies in the
+/// order received (a FIFO queue hands out a group's next messages only
+/// after its earlier ones are deleted).
+async fn drain_fifo(client: &aws_sdk_sqs::Client, url: &str) -> Vec<String> {
+    let mut bodies = Vec::new();
+    loop {
+        let received = client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .send()
+            .await
+            .unwrap();
+        if received.messages().is_empty() {
+            return bodies;
+        }
+        for message in received.messages() {
+            bodies.push(message.body().unwrap().to_owned());
+            client
+                .delete_message()
+                .queue_url(url)
+                .receipt_handle(message.receipt_handle().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// The messages of `group` (`g1-…` bodies) in the order they appear.
+fn of_group<'a>(bodies: &'a [String], group: &str) -> Vec<&'a str> {
+    bodies
+        .iter()
+        .map(String::as_str)
+        .filter(|body| body.starts_with(group))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_fifo_topic_keeps_each_groups_order_and_deduplicates_in_every_queue() {
+    let server = TestServer::builder().start().await;
+    let (sqs, sns) = (server.client(), server.sns_client());
+    let unmarked = sns
+        .create_topic()
+        .name("orders.fifo")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(sns_code(&unmarked), "InvalidParameter");
+    assert!(
+        sns_message(&unmarked).contains("FifoTopic"),
+        "{}",
+        sns_message(&unmarked)
+    );
+    let topic = sns
+        .create_topic()
+        .name("orders.fifo")
+        .attributes("FifoTopic", "true")
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    let attributes = sns
+        .get_topic_attributes()
+        .topic_arn(&topic)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap();
+    assert_eq!(attributes["FifoTopic"], "true");
+    assert_eq!(attributes["ContentBasedDeduplication"], "false");
+
+    let mut urls = Vec::new();
+    for name in ["billing.fifo", "shipping.fifo"] {
+        urls.push(
+            sqs.create_queue()
+                .queue_name(name)
+                .attributes(QueueAttributeName::FifoQueue, "true")
+                .send()
+                .await
+                .unwrap()
+                .queue_url
+                .unwrap(),
+        );
+    }
+    subscribe(&sns, &topic, "billing.fifo", true).await;
+    subscribe(&sns, &topic, "shipping.fifo", false).await;
+    create(&sqs, "plain").await;
+    let standard = sns
+        .subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint("arn:aws:sqs:us-east-1:000000000000:plain")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        sns_message(&standard).contains("standard queue"),
+        "{}",
+        sns_message(&standard)
+    );
+
+    let no_group = sns
+        .publish()
+        .topic_arn(&topic)
+        .message("x")
+        .message_deduplication_id("d")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(sns_message(&no_group).contains("MessageGroupId"));
+    let no_deduplication = sns
+        .publish()
+        .topic_arn(&topic)
+        .message("x")
+        .message_group_id("g1")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        sns_message(&no_deduplication).contains("MessageDeduplicationId"),
+        "{}",
+        sns_message(&no_deduplication)
+    );
+
+    // Two groups interleaved, each publish retried once: every queue gets
+    // each message once, in its group's order.
+    let mut sequence_numbers = Vec::new();
+    for index in 0..6 {
+        for group in ["g1", "g2"] {
+            for _attempt in 0..2 {
+                let published = sns
+                    .publish()
+                    .topic_arn(&topic)
+                    .message(format!("{group}-{index}"))
+                    .message_group_id(group)
+                    .message_deduplication_id(format!("{group}-{index}"))
+                    .send()
+                    .await
+                    .unwrap();
+                sequence_numbers.push(published.sequence_number.unwrap());
+            }
+        }
+    }
+    for pair in sequence_numbers.chunks(2) {
+        assert_eq!(
+            pair[0], pair[1],
+            "a duplicate answers with the first's number"
+        );
+    }
+    assert!(sequence_numbers.windows(2).all(|pair| pair[0] <= pair[1]));
+
+    // With content-based deduplication, a batch's repeated message is one.
+    sns.set_topic_attributes()
+        .topic_arn(&topic)
+        .attribute_name("ContentBasedDeduplication")
+        .attribute_value("true")
+        .send()
+        .await
+        .unwrap();
+    let entries = ["g1-6", "g1-7", "g1-6"]
+        .iter()
+        .enumerate()
+        .map(|(id, body)| {
+            PublishBatchRequestEntry::builder()
+                .id(id.to_string())
+                .message(*body)
+                .message_group_id("g1")
+                .build()
+                .unwrap()
+        });
+    let batch = sns
+        .publish_batch()
+        .topic_arn(&topic)
+        .set_publish_batch_request_entries(Some(entries.collect()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(batch.successful().len(), 3);
+
+    let raw = drain_fifo(&sqs, &urls[0]).await;
+    let expected_g1: Vec<String> = (0..8).map(|index| format!("g1-{index}")).collect();
+    let expected_g2: Vec<String> = (0..6).map(|index| format!("g2-{index}")).collect();
+    assert_eq!(of_group(&raw, "g1"), expected_g1);
+    assert_eq!(of_group(&raw, "g2"), expected_g2);
+    assert_eq!(raw.len(), 14);
+    let wrapped: Vec<String> = drain_fifo(&sqs, &urls[1])
+        .await
+        .iter()
+        .map(|envelope| {
+            let envelope: Value = serde_json::from_str(envelope).unwrap();
+            envelope["Message"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(of_group(&wrapped, "g1"), expected_g1);
+    assert_eq!(of_group(&wrapped, "g2"), expected_g2);
+    assert_eq!(wrapped.len(), 14);
+
+    let standard_topic = create_topic(&sns, "plain-topic").await;
+    let misplaced = sns
+        .publish()
+        .topic_arn(&standard_topic)
+        .message("x")
+        .message_deduplication_id("d")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(sns_message(&misplaced).contains("MessageDeduplicationId"));
+    let unsettable = sns
+        .set_topic_attributes()
+        .topic_arn(&standard_topic)
+        .attribute_name("ContentBasedDeduplication")
+        .attribute_value("true")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        sns_message(&unsettable).contains("FIFO topics only"),
+        "{}",
+        sns_message(&unsettable)
+    );
+}

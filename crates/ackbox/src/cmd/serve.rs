@@ -13,6 +13,7 @@ use ackbox_engine::store::{Durability, EmbeddedStore, PostgresOptions, StoreConf
 use ackbox_server::auth::Authenticator;
 use ackbox_server::broker::{BrokerConfig, RunningBroker};
 use ackbox_server::limits::HttpLimits;
+use ackbox_server::push::{DEFAULT_PUSH_TIMEOUT, PushConfig};
 use ackbox_server::shutdown::StopSignal;
 use ackbox_server::tls::TlsFiles;
 use anyhow::{Context, bail};
@@ -120,6 +121,14 @@ pub(crate) struct Args {
     /// Longest a request may take, long polls included (more than 20).
     #[arg(long, env = "ACKBOX_REQUEST_TIMEOUT_SECS", default_value_t = HttpLimits::default().request_timeout.as_secs())]
     request_timeout_secs: u64,
+    /// Longest a topic's http/https subscriber may take to answer one
+    /// delivery before it counts as failed and is retried (SNS: 15).
+    #[arg(long, env = "ACKBOX_PUSH_TIMEOUT_SECS", default_value_t = DEFAULT_PUSH_TIMEOUT.as_secs())]
+    push_timeout_secs: u64,
+    /// PEM certificates to trust for https subscribers beside the system's
+    /// (a private certificate authority's, say).
+    #[arg(long, env = "ACKBOX_PUSH_CA_FILE")]
+    push_ca_file: Option<PathBuf>,
     /// Threads serving requests. Default: with the embedded store one fewer
     /// than the CPUs (its fsyncs, checkpoints and, under load, its writer
     /// thread need one), at least one; with PostgreSQL, one per CPU.
@@ -402,6 +411,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         credentials: args.credentials()?,
         tls,
         limits: args.limits(),
+        push: PushConfig {
+            timeout: Duration::from_secs(args.push_timeout_secs.max(1)),
+            extra_roots: args.push_ca_file.clone(),
+        },
     };
     let authenticated = config.credentials.is_some();
     // Caught before the broker starts: a stop or a reload asked for while
