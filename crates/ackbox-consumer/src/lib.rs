@@ -75,7 +75,9 @@
 //! Transports: [`SqsTransport`] (ackbox, AWS); with the feature `rabbitmq`,
 //! `rabbitmq::RabbitMqTransport` (quorum queues through `lapin`); with the
 //! feature `nats`, `nats::NatsTransport` (JetStream through `async-nats`).
-//! The outbox relay publishes through the matching `*Publisher`.
+//! The outbox relay publishes through the matching `*Publisher`. With the
+//! feature `push`, `push::PushEndpoint` takes a topic's `http`/`https`
+//! pushes as deliveries, through the same inbox.
 //!
 //! The inbox TTL defaults to the queue's redelivery horizon (maxReceiveCount
 //! × VisibilityTimeout + MessageRetentionPeriod + the dead-letter queue's
@@ -100,6 +102,8 @@ mod message;
 pub mod nats;
 pub mod outbox;
 pub mod projection;
+#[cfg(feature = "push")]
+pub mod push;
 #[cfg(feature = "rabbitmq")]
 pub mod rabbitmq;
 mod retry;
