@@ -40,9 +40,175 @@ pub fn recorder() -> Option<&'static PrometheusHandle> {
                 .ok()?
                 .build_recorder();
             let handle = recorder.handle();
-            metrics::set_global_recorder(recorder).ok().map(|()| handle)
+            metrics::set_global_recorder(recorder).ok()?;
+            describe();
+            Some(handle)
         })
         .as_ref()
+}
+
+/// What a series is, for its `# HELP` line.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// Every series the broker exports, with its `# HELP` text: the one list,
+/// which `docs/operations.md`'s table restates (`tests/metrics.rs` holds
+/// them to each other).
+const SERIES: &[(&str, Kind, &str)] = &[
+    (
+        "ackbox_queue_messages",
+        Kind::Gauge,
+        "Messages in a queue, by state (visible, in_flight, delayed).",
+    ),
+    (
+        "ackbox_queue_oldest_message_age_seconds",
+        Kind::Gauge,
+        "Age of a queue's oldest message, seconds (0 when empty).",
+    ),
+    (
+        "ackbox_dead_letter_queue_messages",
+        Kind::Gauge,
+        "Messages in a queue that some redrive policy names as its dead-letter queue.",
+    ),
+    (
+        "ackbox_messages_sent_total",
+        Kind::Counter,
+        "Messages stored by sends and by topics' fan-out.",
+    ),
+    (
+        "ackbox_deduplicated_sends_total",
+        Kind::Counter,
+        "FIFO sends absorbed by the five-minute deduplication window.",
+    ),
+    (
+        "ackbox_messages_received_total",
+        Kind::Counter,
+        "Leases handed out by receives.",
+    ),
+    (
+        "ackbox_messages_redelivered_total",
+        Kind::Counter,
+        "Leases of messages that were received before.",
+    ),
+    (
+        "ackbox_messages_deleted_total",
+        Kind::Counter,
+        "Messages deleted by their consumers.",
+    ),
+    (
+        "ackbox_messages_expired_total",
+        Kind::Counter,
+        "Messages dropped past their queue's retention period.",
+    ),
+    (
+        "ackbox_messages_dead_lettered_total",
+        Kind::Counter,
+        "Messages moved to the dead-letter queue, by source queue.",
+    ),
+    (
+        "ackbox_move_task_messages_moved_total",
+        Kind::Counter,
+        "Messages redriven out of a dead-letter queue.",
+    ),
+    (
+        "ackbox_request_duration_seconds",
+        Kind::Histogram,
+        "API request duration, seconds, by action and outcome.",
+    ),
+    (
+        "ackbox_auth_refusals_total",
+        Kind::Counter,
+        "Requests refused by authentication or authorization, by error code.",
+    ),
+    (
+        "ackbox_store_commit_seconds",
+        Kind::Histogram,
+        "One group commit of the embedded store without its fsync, seconds.",
+    ),
+    (
+        "ackbox_store_group_commit_jobs",
+        Kind::Histogram,
+        "Jobs per group commit of the embedded store.",
+    ),
+    (
+        "ackbox_store_fsync_seconds",
+        Kind::Histogram,
+        "One fsync of the embedded store's write-ahead log, seconds.",
+    ),
+    (
+        "ackbox_store_reclaim_seconds",
+        Kind::Histogram,
+        "One step returning free pages of the embedded store to the file system, seconds.",
+    ),
+    (
+        "ackbox_store_backstop_checkpoint_seconds",
+        Kind::Histogram,
+        "One checkpoint by the embedded store's writer once the WAL holds 32 MiB, seconds.",
+    ),
+    (
+        "ackbox_store_disk_full",
+        Kind::Gauge,
+        "1 while the store's disk is full and sends are refused, else 0.",
+    ),
+    (
+        "ackbox_postgres_sends_per_commit",
+        Kind::Histogram,
+        "Sends committed together by one PostgreSQL transaction.",
+    ),
+    (
+        "ackbox_postgres_vacuums_total",
+        Kind::Counter,
+        "Vacuums the PostgreSQL store ran on its hot tables, by table.",
+    ),
+    (
+        "ackbox_topic_messages_published_total",
+        Kind::Counter,
+        "Messages published to a topic.",
+    ),
+    (
+        "ackbox_topic_messages_delivered_total",
+        Kind::Counter,
+        "Copies a topic stored for its subscribed queues and push subscriptions.",
+    ),
+    (
+        "ackbox_topic_deliveries_failed_total",
+        Kind::Counter,
+        "Copies a topic could not store: the subscribed queue is gone.",
+    ),
+    (
+        "ackbox_push_deliveries_total",
+        Kind::Counter,
+        "Posts to push subscriptions, by topic, subscription and outcome (delivered, retried, dead_lettered, discarded).",
+    ),
+    (
+        "ackbox_process_resident_memory_bytes",
+        Kind::Gauge,
+        "Resident memory of the server process, bytes.",
+    ),
+    (
+        "ackbox_open_connections",
+        Kind::Gauge,
+        "Open client connections.",
+    ),
+    (
+        "ackbox_worker_threads",
+        Kind::Gauge,
+        "Threads serving requests.",
+    ),
+];
+
+fn describe() {
+    for &(name, kind, help) in SERIES {
+        match kind {
+            Kind::Counter => metrics::describe_counter!(name, help),
+            Kind::Gauge => metrics::describe_gauge!(name, help),
+            Kind::Histogram => metrics::describe_histogram!(name, help),
+        }
+    }
 }
 
 /// Records one API request's duration by action and outcome.

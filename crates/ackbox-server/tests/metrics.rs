@@ -180,3 +180,83 @@ async fn metrics_count_what_happened_and_show_queue_depths() {
         "the scrape's own connection"
     );
 }
+
+/// Every family the scrape holds has a `# HELP` line and a row in
+/// `docs/operations.md`: a series added without either fails here.
+#[tokio::test]
+async fn every_series_is_described_and_documented() {
+    let server = TestServer::builder().start().await;
+    let (client, sns) = (server.client(), server.sns_client());
+    let url = create_queue(&client, "described").await;
+    let topic = sns
+        .create_topic()
+        .name("described")
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint("arn:aws:sqs:us-east-1:000000000000:described")
+        .send()
+        .await
+        .unwrap();
+    sns.publish()
+        .topic_arn(&topic)
+        .message("m")
+        .send()
+        .await
+        .unwrap();
+    let received = client
+        .receive_message()
+        .queue_url(&url)
+        .send()
+        .await
+        .unwrap();
+    for message in received.messages() {
+        client
+            .delete_message()
+            .queue_url(&url)
+            .receipt_handle(message.receipt_handle().unwrap())
+            .send()
+            .await
+            .unwrap();
+    }
+
+    let text = scrape(&server).await;
+    let documented = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/operations.md"
+    ))
+    .unwrap();
+    let families: Vec<&str> = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("# TYPE "))
+        .filter_map(|line| line.split(' ').next())
+        .filter(|name| name.starts_with("ackbox_"))
+        .collect();
+    for expected in [
+        "ackbox_messages_sent_total",
+        "ackbox_topic_messages_published_total",
+        "ackbox_request_duration_seconds",
+        "ackbox_queue_messages",
+    ] {
+        assert!(
+            families.contains(&expected),
+            "{expected} after traffic: {text}"
+        );
+    }
+    for family in families {
+        assert!(
+            text.lines()
+                .any(|line| line.starts_with(&format!("# HELP {family} "))),
+            "{family} has no # HELP line"
+        );
+        assert!(
+            documented.contains(&format!("`{family}`")),
+            "{family} is not in docs/operations.md's table"
+        );
+    }
+}
