@@ -66,6 +66,8 @@ pub fn app(state: AppState) -> Router {
         .route("/metrics", get(crate::telemetry::metrics))
         .route("/ui", get(crate::ui::queues))
         .route("/ui/queues/{name}", get(crate::ui::queue))
+        .route("/ui/topics", get(crate::ui::topics))
+        .route("/ui/topics/{name}", get(crate::ui::topic))
         .route("/ui/queues/{name}/redrive", post(crate::ui::redrive))
         .route("/ui/queues/{name}/cancel", post(crate::ui::cancel))
         .route("/ui/queues/{name}/purge", post(crate::ui::purge))

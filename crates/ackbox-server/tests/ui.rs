@@ -315,3 +315,70 @@ async fn in_a_real_browser_a_person_redrives_a_dead_letter_queue() {
         3
     );
 }
+
+#[tokio::test]
+async fn topics_show_each_subscription_its_state_and_a_push_backlog() {
+    let server = TestServer::builder().start().await;
+    let (sqs, sns) = (server.client(), server.sns_client());
+    create_queue(&sqs, "billing").await;
+    create_queue(&sqs, "hooks-dlq").await;
+    let topic = sns
+        .create_topic()
+        .name("orders")
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint("arn:aws:sqs:us-east-1:000000000000:billing")
+        .attributes("FilterPolicy", r#"{"kind":["card"]}"#)
+        .send()
+        .await
+        .unwrap();
+    // Nothing listens there: the confirmation request waits in the backlog.
+    let push = sns
+        .subscribe()
+        .topic_arn(&topic)
+        .protocol("http")
+        .endpoint("http://127.0.0.1:9/hook?a=1&b=2")
+        .attributes(
+            "RedrivePolicy",
+            r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:hooks-dlq"}"#,
+        )
+        .return_subscription_arn(true)
+        .send()
+        .await
+        .unwrap()
+        .subscription_arn
+        .unwrap();
+    let id = push.rsplit(':').next().unwrap();
+
+    let (status, _, list) = http(&server, "GET", "/ui/topics", "").await;
+    assert_eq!(status, 200);
+    assert!(list.contains("href=\"/ui/topics/orders\""), "{list}");
+    let (status, _, page) = http(&server, "GET", "/ui/topics/orders", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("arn:aws:sqs:us-east-1:000000000000:billing"),
+        "{page}"
+    );
+    assert!(
+        page.contains("{&quot;kind&quot;:[&quot;card&quot;]}"),
+        "{page}"
+    );
+    assert!(page.contains("pending confirmation"), "{page}");
+    assert!(
+        page.contains("http://127.0.0.1:9/hook?a=1&amp;b=2"),
+        "escaped: {page}"
+    );
+    assert!(
+        page.contains(&format!("href=\"/ui/queues/ackbox-push-{id}\"")),
+        "the backlog links to the delivery queue: {page}"
+    );
+    assert!(page.contains("href=\"/ui/queues/hooks-dlq\""), "{page}");
+    let (status, _, _) = http(&server, "GET", "/ui/topics/nowhere", "").await;
+    assert_eq!(status, 404);
+}

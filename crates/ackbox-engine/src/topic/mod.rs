@@ -311,6 +311,23 @@ fn confirmation_token() -> String {
     )
 }
 
+/// A subscription as an operator sees it (the dashboard).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubscriptionView {
+    /// Its ARN, pending or not.
+    pub subscription_arn: String,
+    /// `sqs`, `http` or `https`.
+    pub protocol: String,
+    /// A queue ARN or a URL.
+    pub endpoint: String,
+    /// Whether its endpoint has yet to confirm it.
+    pub pending_confirmation: bool,
+    /// What its client set (`RawMessageDelivery`, `FilterPolicy`, …).
+    pub attributes: BTreeMap<String, String>,
+    /// A push subscription's delivery queue: its backlog.
+    pub delivery_queue: Option<QueueName>,
+}
+
 /// A new subscription, as [`Engine::subscribe`] made or found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Subscribed {
@@ -794,6 +811,27 @@ impl Engine {
             }));
         }
         Ok(summaries)
+    }
+
+    /// Every subscription of topic `name`, pending ones with their ARNs.
+    pub async fn topic_subscriptions(
+        &self,
+        name: &TopicName,
+    ) -> Result<Vec<SubscriptionView>, EngineError> {
+        let (definition, _) = self.topic_definition(name).await?;
+        Ok(definition
+            .subscriptions
+            .into_iter()
+            .map(|subscription| SubscriptionView {
+                subscription_arn: self.realm().subscription_arn(name, &subscription.id),
+                delivery_queue: is_push(&subscription.protocol)
+                    .then(|| push::delivery_queue(&subscription.id)),
+                protocol: subscription.protocol,
+                endpoint: subscription.endpoint,
+                pending_confirmation: subscription.pending_confirmation,
+                attributes: subscription.attributes,
+            })
+            .collect())
     }
 
     /// GetSubscriptionAttributes.

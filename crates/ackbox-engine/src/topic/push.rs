@@ -96,11 +96,22 @@ pub(crate) fn validate_endpoint(protocol: &str, endpoint: &str) -> Result<(), Sq
         .strip_prefix(protocol)
         .and_then(|rest| rest.strip_prefix("://"))
         .map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
+    // RFC 3986's characters only: one that needs escaping cannot be posted to.
+    let url_characters = endpoint.bytes().all(|byte| {
+        byte.is_ascii_graphic()
+            && !matches!(
+                byte,
+                b'<' | b'>' | b'"' | b'{' | b'}' | b'|' | b'\\' | b'^' | b'`'
+            )
+    });
     match host {
-        Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(()),
+        Some(host) if !host.is_empty() && url_characters => Ok(()),
         _ => Err(SqsError::sns_invalid_parameter(
             "Endpoint",
-            format_args!("{endpoint:?} is not an {protocol}:// URL with a host."),
+            format_args!(
+                "{endpoint:?} is not an {protocol}:// URL with a host (and no character a URL \
+                 must escape)."
+            ),
         )),
     }
 }

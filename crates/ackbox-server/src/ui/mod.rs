@@ -1,5 +1,6 @@
 //! The dashboard at `/ui`: server-rendered HTML, no scripts, no CDN — it
-//! works offline and in any browser. Queues with their depths; a queue's
+//! works offline and in any browser. Topics and their subscriptions
+//! (`topics.rs`); queues with their depths; a queue's
 //! attributes; a dead-letter queue's failure classes and messages; starting
 //! (or dry-running), watching and cancelling a redrive; purging with a typed
 //! confirmation. With `--ui-read-only` every form is gone and every POST is
@@ -21,6 +22,10 @@ use serde::Deserialize;
 
 use crate::app::AppState;
 use crate::auth::Caller;
+
+mod topics;
+
+pub(crate) use topics::{topic, topics};
 
 /// Escapes text for HTML element content and attribute values.
 fn escape(text: &str) -> String {
@@ -50,7 +55,7 @@ fn page(title: &str, refresh_seconds: Option<u32>, body: &str) -> Html<String> {
     });
     Html(format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{} · ackbox</title>{refresh}<style>{STYLE}</style></head>\
-         <body><header><a href=\"/ui\">ackbox</a></header><main><h1>{}</h1>{body}</main></body></html>",
+         <body><header><a href=\"/ui\">ackbox</a> · <a href=\"/ui\">queues</a> · <a href=\"/ui/topics\">topics</a></header><main><h1>{}</h1>{body}</main></body></html>",
         escape(title),
         escape(title)
     ))

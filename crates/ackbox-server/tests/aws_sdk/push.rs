@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::Value;
 
+use super::topics::create_topic;
 use super::*;
 
 /// One post the endpoint received.
@@ -140,14 +141,16 @@ impl Endpoint {
     }
 }
 
-async fn create_topic(sns: &aws_sdk_sns::Client, name: &str) -> String {
-    sns.create_topic()
-        .name(name)
+/// How many push subscriptions' delivery queues there are.
+async fn delivery_queues(sqs: &aws_sdk_sqs::Client) -> usize {
+    sqs.list_queues()
         .send()
         .await
         .unwrap()
-        .topic_arn
-        .unwrap()
+        .queue_urls()
+        .iter()
+        .filter(|queue| queue.contains("ackbox-push-"))
+        .count()
 }
 
 /// Subscribes `url` with `attributes`, confirms by the token the endpoint
@@ -309,33 +312,13 @@ async fn an_http_endpoint_confirms_then_gets_each_publish_with_snss_headers() {
     assert!(attributes["EffectiveDeliveryPolicy"].contains("\"numRetries\":3"));
 
     // The delivery queue goes with the subscription.
-    let delivery_queues = |queues: Vec<String>| {
-        queues
-            .into_iter()
-            .filter(|queue| queue.contains("ackbox-push-"))
-            .count()
-    };
-    let queues = sqs
-        .list_queues()
-        .send()
-        .await
-        .unwrap()
-        .queue_urls
-        .unwrap_or_default();
-    assert_eq!(delivery_queues(queues), 1);
+    assert_eq!(delivery_queues(&sqs).await, 1);
     sns.unsubscribe()
         .subscription_arn(&arn)
         .send()
         .await
         .unwrap();
-    let queues = sqs
-        .list_queues()
-        .send()
-        .await
-        .unwrap()
-        .queue_urls
-        .unwrap_or_default();
-    assert_eq!(delivery_queues(queues), 0);
+    assert_eq!(delivery_queues(&sqs).await, 0);
     assert!(
         endpoint
             .posts()
@@ -520,5 +503,17 @@ async fn an_https_endpoint_is_posted_to_through_the_roots_the_server_trusts() {
     assert!(
         format!("{http:?}").contains("https://"),
         "an https subscription needs an https URL: {http:?}"
+    );
+    let unescaped = sns
+        .subscribe()
+        .topic_arn(&topic)
+        .protocol("https")
+        .endpoint("https://127.0.0.1/<hook>")
+        .send()
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{unescaped:?}").contains("Endpoint"),
+        "{unescaped:?}"
     );
 }

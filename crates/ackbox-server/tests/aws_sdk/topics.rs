@@ -29,7 +29,7 @@ fn sns_message<E: aws_sdk_sns::error::ProvideErrorMetadata + std::fmt::Debug>(
     }
 }
 
-async fn create_topic(sns: &aws_sdk_sns::Client, name: &str) -> String {
+pub(super) async fn create_topic(sns: &aws_sdk_sns::Client, name: &str) -> String {
     sns.create_topic()
         .name(name)
         .send()

@@ -1,0 +1,136 @@
+//! The dashboard's topics: every topic, and one topic's subscriptions —
+//! where each delivers, whether its endpoint has confirmed it, what it
+//! filters, and for a push subscription its backlog (its delivery queue,
+//! linked to that queue's page) and its dead-letter queue.
+
+use std::fmt::Write as _;
+
+use ackbox_core::topic_name::TopicName;
+use ackbox_engine::topic::{FILTER_POLICY, RAW_MESSAGE_DELIVERY, REDRIVE_POLICY};
+use axum::extract::{Extension, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use super::{Refusal, error_page, escape, page};
+use crate::app::AppState;
+use crate::auth::Caller;
+
+/// `GET /ui/topics`: every topic the caller may use.
+pub(crate) async fn topics(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+) -> Response {
+    if !caller.may_perform("ListTopics") {
+        return Refusal::Denied("ListTopics").into_response();
+    }
+    let arns = match state.engine.list_topics().await {
+        Ok(arns) => arns,
+        Err(error) => return error_page(StatusCode::SERVICE_UNAVAILABLE, &error.to_string()),
+    };
+    let mut body = String::from("<table><tr><th>topic</th><th>kind</th></tr>");
+    let mut shown = 0;
+    for arn in arns {
+        let Some(name) = arn
+            .rsplit(':')
+            .next()
+            .filter(|name| caller.may_use_topic(name))
+        else {
+            continue;
+        };
+        shown += 1;
+        let kind = if name.ends_with(".fifo") {
+            "FIFO"
+        } else {
+            "standard"
+        };
+        let name = escape(name);
+        let _ = write!(
+            body,
+            "<tr><td><a href=\"/ui/topics/{name}\">{name}</a></td><td>{kind}</td></tr>"
+        );
+    }
+    body.push_str("</table>");
+    if shown == 0 {
+        body.push_str("<p>No topics yet.</p>");
+    }
+    page("Topics", Some(10), &body).into_response()
+}
+
+/// `GET /ui/topics/{name}`: one topic's subscriptions.
+pub(crate) async fn topic(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(name): Path<String>,
+) -> Response {
+    let Ok(name) = name.parse::<TopicName>() else {
+        return error_page(StatusCode::NOT_FOUND, "No such topic.");
+    };
+    if !caller.may_use_topic(name.as_str()) || !caller.may_perform("ListSubscriptionsByTopic") {
+        return Refusal::Denied("ListSubscriptionsByTopic").into_response();
+    }
+    let engine = &state.engine;
+    let subscriptions = match engine.topic_subscriptions(&name).await {
+        Ok(subscriptions) => subscriptions,
+        Err(error) => return error_page(StatusCode::NOT_FOUND, &error.to_string()),
+    };
+    let mut body = format!(
+        "<p>{}</p><table><tr><th>protocol</th><th>endpoint</th><th>state</th><th>delivery</th>\
+         <th>filter policy</th><th class=\"num\">backlog</th><th>dead-letter queue</th></tr>",
+        escape(&engine.realm().topic_arn(&name))
+    );
+    for subscription in &subscriptions {
+        let state = if subscription.pending_confirmation {
+            "pending confirmation"
+        } else {
+            "confirmed"
+        };
+        let delivery = if subscription
+            .attributes
+            .get(RAW_MESSAGE_DELIVERY)
+            .is_some_and(|raw| raw.eq_ignore_ascii_case("true"))
+        {
+            "raw"
+        } else {
+            "envelope"
+        };
+        let filter = subscription
+            .attributes
+            .get(FILTER_POLICY)
+            .map_or_else(String::new, |policy| escape(policy));
+        let backlog = match &subscription.delivery_queue {
+            Some(queue) => match engine.queue_depth(queue).await {
+                Ok(depth) => format!(
+                    "<a href=\"/ui/queues/{queue}\">{} waiting, {} being posted</a>",
+                    depth.stats.visible + depth.stats.delayed,
+                    depth.stats.in_flight
+                ),
+                Err(_) => "its delivery queue is gone".to_owned(),
+            },
+            None => String::new(),
+        };
+        let dead_letter_queue = subscription
+            .attributes
+            .get(REDRIVE_POLICY)
+            .and_then(|policy| serde_json::from_str::<serde_json::Value>(policy).ok())
+            .and_then(|policy| {
+                engine
+                    .realm()
+                    .queue_name_from_arn(policy["deadLetterTargetArn"].as_str()?)
+            })
+            .map_or_else(String::new, |queue| {
+                format!("<a href=\"/ui/queues/{queue}\">{queue}</a>")
+            });
+        let _ = write!(
+            body,
+            "<tr><td>{}</td><td>{}</td><td>{state}</td><td>{delivery}</td><td><pre>{filter}</pre></td>\
+             <td class=\"num\">{backlog}</td><td>{dead_letter_queue}</td></tr>",
+            escape(&subscription.protocol),
+            escape(&subscription.endpoint),
+        );
+    }
+    body.push_str("</table>");
+    if subscriptions.is_empty() {
+        body.push_str("<p>No subscriptions: a publish is stored nowhere.</p>");
+    }
+    page(name.as_str(), Some(10), &body).into_response()
+}
