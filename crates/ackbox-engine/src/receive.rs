@@ -433,14 +433,26 @@ impl Engine {
         }
     }
 
-    /// SummarizeQueue (ackbox extension): the whole queue's messages counted
-    /// by last failure class, largest first, without touching them.
+    /// SummarizeQueue (ackbox extension): the queue's messages counted by
+    /// last failure class, largest first, without touching them — those of
+    /// `class` only, and with `sent_before` those sent at or before it, as
+    /// a move task with the same filter would take them.
     pub async fn failure_classes(
         &self,
         queue_name: &QueueName,
+        class: Option<&str>,
+        sent_before: Option<Timestamp>,
     ) -> Result<Vec<FailureClassCount>, EngineError> {
         let queue = self.queue(queue_name).await?;
-        Ok(self.inner.store.message_failure_classes(queue.id).await?)
+        let mut classes = self
+            .inner
+            .store
+            .message_failure_classes(queue.id, sent_before)
+            .await?;
+        if let Some(class) = class {
+            classes.retain(|counted| counted.class == class);
+        }
+        Ok(classes)
     }
 
     /// PeekMessages (ackbox extension): up to `max` messages of a queue,

@@ -213,6 +213,19 @@ async fn a_transient_nack_retries_after_its_delay_and_counts_failures() {
     assert_eq!(summary["Total"], 1);
     assert_eq!(summary["Classes"][0]["Class"], "Timeout");
     assert_eq!(summary["Classes"][0]["ExampleMessage"], "attempt 2");
+    // Filtered as a move task would filter (what a redrive's dry run shows).
+    for (filter, total) in [
+        (json!({"AckBoxFailureClass": "Timeout"}), 1),
+        (json!({"AckBoxFailureClass": "Other"}), 0),
+        (json!({"AckBoxOlderThanSeconds": 0}), 1),
+        (json!({"AckBoxOlderThanSeconds": 3_600}), 0),
+    ] {
+        let mut request = filter.clone();
+        request["QueueUrl"] = json!(dlq);
+        let (status, summary) = call_json(&server.url(), "AckBox.SummarizeQueue", &request).await;
+        assert_eq!(status, 200);
+        assert_eq!(summary["Total"], total, "{filter}");
+    }
 }
 
 #[tokio::test]

@@ -149,7 +149,7 @@ faulty_store! {
     message_delete_batch(params: MessageDeleteParams) -> Vec<DeleteOutcome>;
     message_change_visibility_batch(params: MessageChangeVisibilityParams) -> Vec<ChangeVisibilityOutcome>;
     message_nack(params: MessageNackParams) -> NackOutcome;
-    message_failure_classes(queue_id: i64) -> Vec<FailureClassCount>;
+    message_failure_classes(queue_id: i64, sent_before: Option<Timestamp>) -> Vec<FailureClassCount>;
     message_peek(params: MessagePeekParams) -> Vec<StoredMessage>;
     move_task_create(params: MoveTaskCreateParams) -> MoveTaskCreateOutcome;
     move_task_step(params: MoveTaskStepParams) -> MoveTaskStepOutcome;

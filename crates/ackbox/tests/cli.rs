@@ -772,6 +772,37 @@ fn dead_letter_queues_can_be_inspected_and_redriven_from_the_cli() {
         dry_run.contains("nothing moved") && dry_run.contains("(no reason given)"),
         "{dry_run}"
     );
+    // A dry run counts what the task would take, with the same filters.
+    let dry_run_of = |filters: &[&str]| -> Value {
+        let mut args = vec!["redrive", "start", "--source", "dlq", "--dry-run", "--json"];
+        args.extend_from_slice(filters);
+        serde_json::from_str(&ok_stdout(ackbox(&endpoint, &args))).unwrap()
+    };
+    assert_eq!(dry_run_of(&[])["ApproximateNumberOfMessagesToMove"], 1);
+    assert_eq!(
+        dry_run_of(&["--class", "NoSuchClass"])["ApproximateNumberOfMessagesToMove"],
+        0
+    );
+    assert_eq!(
+        dry_run_of(&["--older-than", "1h"])["ApproximateNumberOfMessagesToMove"],
+        0,
+        "the message is seconds old"
+    );
+    let refused = ackbox(
+        &endpoint,
+        &[
+            "redrive",
+            "start",
+            "--source",
+            "dlq",
+            "--dry-run",
+            "--max-messages",
+            "0",
+        ],
+    );
+    assert!(!refused.status.success());
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(message.contains("--max-messages"), "{message}");
     let still: Value = serde_json::from_str(&ok_stdout(ackbox(
         &endpoint,
         &["queue", "stats", "dlq", "--json"],

@@ -818,14 +818,22 @@ impl Store for LogStore {
     async fn message_failure_classes(
         &self,
         queue_id: i64,
+        sent_before: Option<Timestamp>,
     ) -> Result<Vec<FailureClassCount>, StoreError> {
         if !self.in_log(queue_id) {
-            return self.sqlite.message_failure_classes(queue_id).await;
+            return self
+                .sqlite
+                .message_failure_classes(queue_id, sent_before)
+                .await;
         }
+        let sent_before = sent_before.unwrap_or(Timestamp::MAX);
         let queue = log_queue(queue_id);
         let classes: BTreeMap<String, FailureClassCount> = self.queues.inspect(|ledger| {
             let mut classes = BTreeMap::new();
             for (seq, state) in ledger.in_order(queue, 0) {
+                if state.sent_at > sent_before {
+                    continue;
+                }
                 let failures = ledger.failures(queue, seq);
                 let class = failures.map_or("", |f| f.last_class.as_str());
                 if let Some(count) = classes.get_mut(class) {

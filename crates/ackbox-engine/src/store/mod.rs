@@ -867,10 +867,12 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     ) -> Result<Vec<ChangeVisibilityOutcome>, StoreError>;
     /// Gives up a lease with a failure: retry later, or dead-letter now.
     async fn message_nack(&self, params: MessageNackParams) -> Result<NackOutcome, StoreError>;
-    /// Counts a queue's messages by last failure class.
+    /// Counts a queue's messages by last failure class; with `sent_before`,
+    /// only those sent at or before it.
     async fn message_failure_classes(
         &self,
         queue_id: i64,
+        sent_before: Option<Timestamp>,
     ) -> Result<Vec<FailureClassCount>, StoreError>;
     /// Reads messages without leasing them, oldest first.
     async fn message_peek(

@@ -13,6 +13,14 @@ use crate::error::ApiError;
 pub struct Request {
     /// The queue.
     pub queue_url: String,
+    /// Only messages whose last failure class is this (as a move task's
+    /// `AckBoxFailureClass`).
+    #[serde(default, rename = "AckBoxFailureClass")]
+    pub failure_class: Option<String>,
+    /// Only messages sent at least this many seconds ago (as a move task's
+    /// `AckBoxOlderThanSeconds`).
+    #[serde(default, rename = "AckBoxOlderThanSeconds")]
+    pub older_than_seconds: Option<u32>,
 }
 
 /// Messages of one failure class.
@@ -57,7 +65,13 @@ pub struct Response {
 /// Runs SummarizeQueue.
 pub async fn handle(context: &RequestContext, request: Request) -> Result<Response, ApiError> {
     let name = context.queue_name(&request.queue_url)?;
-    let classes = context.engine.failure_classes(&name).await?;
+    let sent_before = request
+        .older_than_seconds
+        .map(|seconds| context.engine.now() - i64::from(seconds) * 1_000);
+    let classes = context
+        .engine
+        .failure_classes(&name, request.failure_class.as_deref(), sent_before)
+        .await?;
     Ok(Response {
         total: classes.iter().map(|class| class.count).sum(),
         classes: classes.into_iter().map(ClassEntry::from).collect(),

@@ -224,7 +224,10 @@ async fn dead_letter_sections(
     let engine = &state.engine;
     let quoted = escape(name.as_str());
     body.push_str("<h2>Failures</h2><table><tr><th>class</th><th class=\"num\">messages</th><th>oldest sent</th><th>example</th></tr>");
-    let classes = engine.failure_classes(name).await.unwrap_or_default();
+    let classes = engine
+        .failure_classes(name, None, None)
+        .await
+        .unwrap_or_default();
     for class in &classes {
         let label = if class.class.is_empty() {
             "(no reason recorded)"
@@ -429,14 +432,10 @@ pub(crate) async fn redrive(
     if form.dry_run.is_some() {
         let classes = state
             .engine
-            .failure_classes(&name)
+            .failure_classes(&name, class.as_deref(), None)
             .await
             .unwrap_or_default();
-        let matching: i64 = classes
-            .iter()
-            .filter(|counted| class.as_ref().is_none_or(|class| &counted.class == class))
-            .map(|counted| counted.count)
-            .sum();
+        let matching: i64 = classes.iter().map(|counted| counted.count).sum();
         let limited = number(&form.sample).map_or(matching, |sample| matching.min(sample));
         return back(
             &name,

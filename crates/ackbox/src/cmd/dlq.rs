@@ -64,11 +64,22 @@ fn attribute_time(message: &Value, name: &str) -> String {
     )
 }
 
-/// The whole queue counted by failure class (`AckBox.SummarizeQueue`).
-pub(crate) async fn summarize(client: &ApiClient, queue_url: &str) -> anyhow::Result<Value> {
-    client
-        .call("AckBox.SummarizeQueue", &json!({ "QueueUrl": queue_url }))
-        .await
+/// The queue counted by failure class (`AckBox.SummarizeQueue`): only
+/// `class`, and only messages older than `older_than` seconds, when given.
+pub(crate) async fn summarize(
+    client: &ApiClient,
+    queue_url: &str,
+    class: Option<&str>,
+    older_than: Option<u32>,
+) -> anyhow::Result<Value> {
+    let mut request = json!({ "QueueUrl": queue_url });
+    if let Some(class) = class {
+        request["AckBoxFailureClass"] = json!(class);
+    }
+    if let Some(seconds) = older_than {
+        request["AckBoxOlderThanSeconds"] = json!(seconds);
+    }
+    client.call("AckBox.SummarizeQueue", &request).await
 }
 
 /// The human rendering of a summary.
@@ -122,7 +133,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         }
         DlqCommand::Summary { queue } => {
             let url = client.queue_url(&queue).await?;
-            let reply = summarize(&client, &url).await?;
+            let reply = summarize(&client, &url, None, None).await?;
             print(json_output, &reply, || render_summary(&queue, &reply))?;
         }
     }

@@ -44,10 +44,10 @@ enum RedriveCommand {
         #[arg(long, value_parser = parse_age)]
         older_than: Option<u32>,
         /// Stop after moving this many.
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
         max_messages: Option<i64>,
         /// Pause after moving this many, for review; `ackbox redrive resume` continues.
-        #[arg(long)]
+        #[arg(long, value_parser = clap::value_parser!(i64).range(1..))]
         sample: Option<i64>,
     },
     /// Show the newest move tasks of a dead-letter queue.
@@ -212,14 +212,27 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         } => {
             if dry_run {
                 let url = client.queue_url(&source).await?;
-                let summary = crate::cmd::dlq::summarize(&client, &url).await?;
+                // The same filters the task would take, counted by the server.
+                let summary =
+                    crate::cmd::dlq::summarize(&client, &url, class.as_deref(), older_than).await?;
+                let matching = summary["Total"].as_i64().unwrap_or(0);
+                let limit = [max_messages, sample].into_iter().flatten().min();
+                let moves = limit.map_or(matching, |limit| matching.min(limit));
                 let target = destination
                     .as_deref()
                     .unwrap_or("each message's original source queue");
-                let reply = json!({ "DryRun": true, "Destination": target, "WouldMove": summary });
+                let reply = json!({
+                    "DryRun": true,
+                    "Destination": target,
+                    "ApproximateNumberOfMessagesToMove": moves,
+                    "WouldMove": summary,
+                });
                 print(json_output, &reply, || {
+                    let paused = sample
+                        .filter(|sample| *sample <= max_messages.unwrap_or(i64::MAX))
+                        .map_or(String::new(), |_| ", then pause for review".to_owned());
                     format!(
-                        "dry run: nothing moved; would move to {target}:\n{}",
+                        "dry run: nothing moved; would move {moves} of these to {target}{paused}:\n{}",
                         crate::cmd::dlq::render_summary(&source, &summary)
                     )
                 })?;

@@ -1,6 +1,7 @@
 //! Messages: send, delete, change visibility, nack, failure classes and
 //! peek.
 
+use ackbox_core::clock::Timestamp;
 use ackbox_core::receive_policy::nack_dead_letters;
 use ackbox_core::visibility_change::{self, VisibilityChange};
 use sqlx::{PgConnection, PgPool};
@@ -235,15 +236,17 @@ pub(super) async fn message_nack(
 pub(super) async fn message_failure_classes(
     pool: &PgPool,
     queue_id: i64,
+    sent_before: Option<Timestamp>,
 ) -> Result<Vec<FailureClassCount>, StoreError> {
     let rows: Vec<(String, i64, i64, i64, Option<String>)> = sqlx::query_as(
         "SELECT COALESCE(last_failure_class, ''), COUNT(*), MIN(sent_at), MAX(sent_at),
                 (ARRAY_AGG(last_failure_message ORDER BY seq))[1]
-         FROM messages WHERE queue_id = $1
+         FROM messages WHERE queue_id = $1 AND sent_at <= $2
          GROUP BY COALESCE(last_failure_class, '')
          ORDER BY COUNT(*) DESC, COALESCE(last_failure_class, '')",
     )
     .bind(queue_id)
+    .bind(sent_before.unwrap_or(Timestamp::MAX))
     .fetch_all(pool)
     .await
     .map_err(postgres_error("message_failure_classes"))?;

@@ -581,8 +581,9 @@ impl Store for PostgresStore {
     async fn message_failure_classes(
         &self,
         queue_id: i64,
+        sent_before: Option<Timestamp>,
     ) -> Result<Vec<FailureClassCount>, StoreError> {
-        message::message_failure_classes(&self.pool, queue_id).await
+        message::message_failure_classes(&self.pool, queue_id, sent_before).await
     }
 
     async fn message_peek(

@@ -604,21 +604,23 @@ impl Store for SqliteStore {
     async fn message_failure_classes(
         &self,
         queue_id: i64,
+        sent_before: Option<Timestamp>,
     ) -> Result<Vec<FailureClassCount>, StoreError> {
+        let sent_before = sent_before.unwrap_or(Timestamp::MAX);
         self.read(move |connection| {
             connection
                 .prepare_cached(
                     "SELECT COALESCE(last_failure_class, ''), COUNT(*), MIN(sent_at), MAX(sent_at),
                             (SELECT last_failure_message FROM messages AS oldest
-                             WHERE oldest.queue_id = ?1
+                             WHERE oldest.queue_id = ?1 AND oldest.sent_at <= ?2
                                AND COALESCE(oldest.last_failure_class, '') = COALESCE(grouped.last_failure_class, '')
                              ORDER BY seq LIMIT 1)
-                     FROM messages AS grouped WHERE queue_id = ?1
+                     FROM messages AS grouped WHERE queue_id = ?1 AND sent_at <= ?2
                      GROUP BY COALESCE(last_failure_class, '') ORDER BY COUNT(*) DESC",
                 )
                 .and_then(|mut select| {
                     select
-                        .query_map([queue_id], |row| {
+                        .query_map([queue_id, sent_before], |row| {
                             Ok(FailureClassCount {
                                 class: row.get(0)?,
                                 count: row.get(1)?,
