@@ -64,12 +64,17 @@ pub(crate) fn sequence_number(seq: i64) -> String {
     format!("{seq:020}")
 }
 
-/// Checks a `MessageGroupId`, `MessageDeduplicationId` or
-/// `ReceiveRequestAttemptId`: 1 to 128 printable ASCII characters.
+/// Whether `value` may be a `MessageGroupId`, `MessageDeduplicationId` or
+/// `ReceiveRequestAttemptId`: 1 to 128 printable ASCII characters (SQS's
+/// rule, which SNS's FIFO topics share).
+pub(crate) fn is_fifo_token(value: &str) -> bool {
+    (1..=MAX_FIFO_TOKEN_LEN).contains(&value.len())
+        && value.bytes().all(|byte| byte.is_ascii_graphic())
+}
+
+/// Checks a FIFO token ([`is_fifo_token`]), refusing it in SQS's words.
 pub(crate) fn validate_fifo_token(parameter: &str, value: &str) -> Result<(), SqsError> {
-    let valid = (1..=MAX_FIFO_TOKEN_LEN).contains(&value.len())
-        && value.bytes().all(|byte| byte.is_ascii_graphic());
-    if valid {
+    if is_fifo_token(value) {
         Ok(())
     } else {
         Err(SqsError::invalid_parameter(

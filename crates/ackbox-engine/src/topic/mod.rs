@@ -322,8 +322,12 @@ pub struct SubscriptionView {
     pub endpoint: String,
     /// Whether its endpoint has yet to confirm it.
     pub pending_confirmation: bool,
-    /// What its client set (`RawMessageDelivery`, `FilterPolicy`, …).
-    pub attributes: BTreeMap<String, String>,
+    /// Whether it delivers the message alone, not the envelope.
+    pub raw_message_delivery: bool,
+    /// Its filter policy, if it has one.
+    pub filter_policy: Option<String>,
+    /// Its dead-letter queue (`RedrivePolicy`), if it has one.
+    pub dead_letter_queue: Option<QueueName>,
     /// A push subscription's delivery queue: its backlog.
     pub delivery_queue: Option<QueueName>,
 }
@@ -826,10 +830,16 @@ impl Engine {
                 subscription_arn: self.realm().subscription_arn(name, &subscription.id),
                 delivery_queue: is_push(&subscription.protocol)
                     .then(|| push::delivery_queue(&subscription.id)),
+                raw_message_delivery: subscription.raw_message_delivery(),
+                filter_policy: subscription.attributes.get(FILTER_POLICY).cloned(),
+                dead_letter_queue: subscription
+                    .attributes
+                    .get(REDRIVE_POLICY)
+                    .and_then(|policy| dead_letter_target(self.realm(), policy).ok())
+                    .and_then(|arn| self.realm().queue_name_from_arn(&arn)),
                 protocol: subscription.protocol,
                 endpoint: subscription.endpoint,
                 pending_confirmation: subscription.pending_confirmation,
-                attributes: subscription.attributes,
             })
             .collect())
     }

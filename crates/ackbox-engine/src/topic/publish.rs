@@ -24,7 +24,7 @@ use crate::counters;
 use crate::engine::Engine;
 use crate::error::EngineError;
 use crate::queue::Queue;
-use crate::send::{SendEntry, sequence_number};
+use crate::send::{SendEntry, is_fifo_token, sequence_number};
 use crate::store::{InsertedMessage, MessageInsertParams, NewMessage, StoreError};
 
 /// The longest `Subject` SNS takes.
@@ -387,18 +387,14 @@ fn validate_fifo_keys(definition: &TopicDefinition, entry: &PublishEntry) -> Res
         ("MessageGroupId", &entry.group_id),
         ("MessageDeduplicationId", &entry.deduplication_id),
     ] {
-        if let Some(token) = token {
-            let valid = (1..=MAX_FIFO_TOKEN_LEN).contains(&token.len())
-                && token.bytes().all(|byte| byte.is_ascii_graphic());
-            if !valid {
-                return Err(SqsError::sns_invalid_parameter(
-                    parameter,
-                    format_args!(
-                        "{token:?} must be 1 to {MAX_FIFO_TOKEN_LEN} letters, digits and \
-                         punctuation marks."
-                    ),
-                ));
-            }
+        if let Some(token) = token.as_deref().filter(|token| !is_fifo_token(token)) {
+            return Err(SqsError::sns_invalid_parameter(
+                parameter,
+                format_args!(
+                    "{token:?} must be 1 to {MAX_FIFO_TOKEN_LEN} letters, digits and punctuation \
+                     marks."
+                ),
+            ));
         }
     }
     if !definition.is_fifo() {

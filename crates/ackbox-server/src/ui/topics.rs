@@ -6,7 +6,6 @@
 use std::fmt::Write as _;
 
 use ackbox_core::topic_name::TopicName;
-use ackbox_engine::topic::{FILTER_POLICY, RAW_MESSAGE_DELIVERY, REDRIVE_POLICY};
 use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -84,19 +83,15 @@ pub(crate) async fn topic(
         } else {
             "confirmed"
         };
-        let delivery = if subscription
-            .attributes
-            .get(RAW_MESSAGE_DELIVERY)
-            .is_some_and(|raw| raw.eq_ignore_ascii_case("true"))
-        {
+        let delivery = if subscription.raw_message_delivery {
             "raw"
         } else {
             "envelope"
         };
         let filter = subscription
-            .attributes
-            .get(FILTER_POLICY)
-            .map_or_else(String::new, |policy| escape(policy));
+            .filter_policy
+            .as_deref()
+            .map_or_else(String::new, escape);
         let backlog = match &subscription.delivery_queue {
             Some(queue) => match engine.queue_depth(queue).await {
                 Ok(depth) => format!(
@@ -109,14 +104,8 @@ pub(crate) async fn topic(
             None => String::new(),
         };
         let dead_letter_queue = subscription
-            .attributes
-            .get(REDRIVE_POLICY)
-            .and_then(|policy| serde_json::from_str::<serde_json::Value>(policy).ok())
-            .and_then(|policy| {
-                engine
-                    .realm()
-                    .queue_name_from_arn(policy["deadLetterTargetArn"].as_str()?)
-            })
+            .dead_letter_queue
+            .as_ref()
             .map_or_else(String::new, |queue| {
                 format!("<a href=\"/ui/queues/{queue}\">{queue}</a>")
             });
