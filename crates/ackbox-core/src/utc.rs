@@ -90,6 +90,71 @@ pub fn rfc3339_millis(epoch_millis: Timestamp) -> String {
     format!("{stem}.{:03}Z", epoch_millis.rem_euclid(1_000))
 }
 
+/// Reads an RFC 3339 time — `2026-12-07T04:43:02Z`, with optional
+/// fractional seconds (kept to the millisecond) and a `Z` or `±hh:mm`
+/// offset — as SNS's replay policies write them. `None` for anything else.
+pub fn parse_rfc3339(text: &str) -> Option<Timestamp> {
+    let number = |digits: &str| -> Option<i64> {
+        (!digits.is_empty() && digits.bytes().all(|byte| byte.is_ascii_digit()))
+            .then(|| digits.parse().ok())
+            .flatten()
+    };
+    let (date, time) = text.split_once(['T', 't', ' '])?;
+    let mut date_fields = date.split('-');
+    let (year, month, day) = (
+        date_fields.next().filter(|year| year.len() == 4)?,
+        date_fields.next().filter(|month| month.len() == 2)?,
+        date_fields.next().filter(|day| day.len() == 2)?,
+    );
+    if date_fields.next().is_some() {
+        return None;
+    }
+    let (clock, rest) = (time.get(..8)?, time.get(8..)?);
+    let mut clock_fields = clock.split(':');
+    let (hour, minute, second) = (
+        clock_fields.next().filter(|hour| hour.len() == 2)?,
+        clock_fields.next().filter(|minute| minute.len() == 2)?,
+        clock_fields.next().filter(|second| second.len() == 2)?,
+    );
+    let (fraction, offset) = match rest.strip_prefix('.') {
+        Some(fraction) => {
+            let end = fraction
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(fraction.len());
+            fraction.split_at(end)
+        }
+        None => ("", rest),
+    };
+    if rest.starts_with('.') && fraction.is_empty() {
+        return None;
+    }
+    let millis = format!("{fraction:0<3}")[..3].parse::<i64>().ok()?;
+    let offset_minutes = match offset {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match offset.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let (hours, minutes) = offset[1..].split_once(':')?;
+            if hours.len() != 2 || minutes.len() != 2 {
+                return None;
+            }
+            sign * (number(hours)? * 60 + number(minutes)?)
+        }
+    };
+    let utc = UtcTime {
+        year: number(year)?,
+        month: number(month)?,
+        day: number(day)?,
+        hour: number(hour)?,
+        minute: number(minute)?,
+        second: number(second)?,
+    };
+    Some(utc.to_epoch_millis()? + millis - offset_minutes * 60_000)
+}
+
 // Howard Hinnant's proleptic Gregorian calendar algorithms.
 fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
     let year = if month <= 2 { year - 1 } else { year };
@@ -122,6 +187,44 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rfc3339_times_read_back_as_epoch_milliseconds() {
+        assert_eq!(
+            parse_rfc3339("2023-11-14T22:13:20Z"),
+            Some(1_700_000_000_000)
+        );
+        assert_eq!(
+            parse_rfc3339("2023-11-14T22:13:20.042Z"),
+            Some(1_700_000_000_042)
+        );
+        assert_eq!(
+            parse_rfc3339("2023-11-14T22:13:20.0429999Z"),
+            Some(1_700_000_000_042)
+        );
+        assert_eq!(
+            parse_rfc3339("2023-11-15T00:13:20.5+02:00"),
+            Some(1_700_000_000_500)
+        );
+        assert_eq!(
+            parse_rfc3339("2023-11-14T21:13:20-01:00"),
+            Some(1_700_000_000_000)
+        );
+        for bad in [
+            "",
+            "2023-11-14",
+            "2023-11-14T22:13:20",
+            "2023-02-30T00:00:00Z",
+            "2023-11-14T22:13:20.Z",
+            "2023-11-14T24:00:00Z",
+            "2023-1-14T22:13:20Z",
+            "2023-11-14T22:13:20+0200",
+            "yesterday",
+            "2023-11-14T22:13:2é",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn epoch_milliseconds_read_as_rfc3339_in_utc() {

@@ -78,6 +78,10 @@ pub(crate) struct Inner {
     pub(crate) shared_store: bool,
     /// Move tasks with a runner on this node, so none gets two.
     pub(crate) move_runners: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Replays with a runner on this node, so none gets two.
+    pub(crate) replay_runners: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Names this engine's runners in the leases they take on shared work.
+    pub(crate) runner_id: String,
     /// Cancelled at shutdown: long polls return, background tasks stop.
     pub(crate) shutdown: CancellationToken,
     pub(crate) tasks: TaskTracker,
@@ -129,6 +133,8 @@ impl Engine {
                 admin: tokio::sync::Mutex::new(()),
                 shared_store: events.is_some(),
                 move_runners: std::sync::Mutex::default(),
+                replay_runners: std::sync::Mutex::default(),
+                runner_id: uuid::Uuid::new_v4().to_string(),
                 shutdown: CancellationToken::new(),
                 tasks: TaskTracker::new(),
             }),
@@ -138,6 +144,7 @@ impl Engine {
         }
         reaper::spawn(&engine);
         engine.adopt_move_tasks().await?;
+        engine.adopt_replays(true).await?;
         Ok(engine)
     }
 

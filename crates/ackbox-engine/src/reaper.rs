@@ -36,10 +36,13 @@ pub(crate) fn spawn(engine: &Engine) {
             engine.sweep_left_behind().await;
             engine.sweep_fifo_windows().await;
             // Only another node can start a task this one does not run.
-            if engine.inner.shared_store
-                && let Err(error) = engine.adopt_move_tasks().await
-            {
-                tracing::warn!(%error, "cannot look for move tasks to run; will retry");
+            if engine.inner.shared_store {
+                if let Err(error) = engine.adopt_move_tasks().await {
+                    tracing::warn!(%error, "cannot look for move tasks to run; will retry");
+                }
+                if let Err(error) = engine.adopt_replays(false).await {
+                    tracing::warn!(%error, "cannot look for replays to run; will retry");
+                }
             }
         }
     });

@@ -284,6 +284,18 @@ impl Engine {
         request: &ReceiveRequest,
     ) -> Result<Vec<ReceivedMessage>, EngineError> {
         request.validate()?;
+        if crate::topic::is_archive_queue(queue_name) {
+            // A receive would lease, and its delete erase, what every later
+            // replay needs; replays read the archive without leasing.
+            return Err(SqsError::invalid_parameter(
+                "QueueUrl",
+                queue_name,
+                "This queue is a topic's archive: nothing receives from it; replay it with \
+                 AckBox.StartReplay (or `ackbox replay start`), or read it with \
+                 AckBox.PeekMessages.",
+            )
+            .into());
+        }
         let queue = self.queue(queue_name).await?;
         let attributes = queue.snapshot().attributes.clone();
         let wait_seconds = request
@@ -484,6 +496,7 @@ impl Engine {
             .message_peek(MessagePeekParams {
                 queue_id: queue.id,
                 limit,
+                after_seq: 0,
             })
             .await?;
         Ok(messages

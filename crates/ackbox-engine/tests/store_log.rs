@@ -163,6 +163,7 @@ async fn bodies(store: &dyn Store, queue: i64) -> Vec<String> {
         .message_peek(ackbox_engine::store::MessagePeekParams {
             queue_id: queue,
             limit: 10_000,
+            after_seq: 0,
         })
         .await
         .unwrap()

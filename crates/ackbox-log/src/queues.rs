@@ -529,12 +529,17 @@ impl StandardQueues {
         Ok((records.len() as u64, lsn))
     }
 
-    /// Up to `max` of `queue`'s messages in sequence order, as they are now,
-    /// without leasing anything.
-    pub fn peek(&self, queue: u64, max: usize) -> Result<Vec<SentMessage>, QueuesError> {
+    /// Up to `max` of `queue`'s messages after sequence number `after`, in
+    /// sequence order, as they are now, without leasing anything.
+    pub fn peek(
+        &self,
+        queue: u64,
+        after: u64,
+        max: usize,
+    ) -> Result<Vec<SentMessage>, QueuesError> {
         let ledger = self.ledger();
         let live: Vec<_> = ledger
-            .in_order(queue, 0)
+            .in_order(queue, after)
             .take(max)
             .map(|(seq, state)| (seq, *state))
             .collect();

@@ -64,7 +64,7 @@ fn a_full_disk_refuses_sends_until_there_is_room_and_loses_nothing() {
     }
     let bodies = |queues: &StandardQueues| -> Vec<String> {
         queues
-            .peek(1, usize::MAX)
+            .peek(1, 0, usize::MAX)
             .expect("a peek")
             .into_iter()
             .map(|message| message.content.body)

@@ -194,7 +194,7 @@ fn check(seed: u64, acknowledged: &Acknowledged, disk: &ModelDisk) {
     .unwrap_or_else(|error| panic!("seed {seed}: recovery failed: {error}"));
     let mut present: BTreeMap<u64, (u64, String)> = BTreeMap::new();
     for queue in 0..QUEUES {
-        for message in queues.peek(queue, usize::MAX).expect("a peek") {
+        for message in queues.peek(queue, 0, usize::MAX).expect("a peek") {
             present.insert(message.seq, (queue, message.content.body));
         }
     }

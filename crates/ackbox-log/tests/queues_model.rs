@@ -533,7 +533,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 );
             }
             Op::Peek { queue, max } => {
-                let peeked = queues.peek(queue, max).expect("a peek");
+                let peeked = queues.peek(queue, 0, max).expect("a peek");
                 let mut oldest: Vec<&Message> =
                     model.messages.iter().filter(|m| m.queue == queue).collect();
                 oldest.sort_by_key(|m| m.seq);

@@ -372,6 +372,12 @@ fn request_naming_payments(action: Action, url: &str, arn: &str, handle: &str) -
             json!({"QueueUrl": url, "Attributes": {"DelaySeconds": "1"}})
         }
         Action::SendMessage => json!({"QueueUrl": url, "MessageBody": "b"}),
+        Action::StartReplay | Action::ListReplays | Action::CancelReplay => json!({
+            "TopicArn": "arn:aws:sns:us-east-1:000000000000:payments",
+            "DestinationArn": arn,
+            "StartTimestamp": 0,
+            "TaskHandle": handle
+        }),
         Action::DeleteMessage | Action::ChangeMessageVisibility | Action::NackMessage => {
             json!({"QueueUrl": url, "ReceiptHandle": "x", "VisibilityTimeout": 1})
         }

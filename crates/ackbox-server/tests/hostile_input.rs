@@ -253,6 +253,17 @@ fn fields(action: Action) -> &'static [&'static str] {
         Action::TagResource => &["ResourceArn", "Tags"],
         Action::UntagResource => &["ResourceArn", "TagKeys"],
         Action::ListTagsForResource => &["ResourceArn"],
+        Action::StartReplay => &[
+            "TopicArn",
+            "DestinationArn",
+            "StartTimestamp",
+            "EndTimestamp",
+            "FilterPolicy",
+            "RawMessageDelivery",
+            "MaxNumberOfMessagesPerSecond",
+        ],
+        Action::ListReplays => &["TopicArn"],
+        Action::CancelReplay => &["TopicArn", "TaskHandle"],
     }
 }
 

@@ -125,6 +125,7 @@ async fn into_log(sqlite: &SqliteStore, data_dir: &Path) -> Result<Adopted, Stor
                 .message_peek(MessagePeekParams {
                     queue_id,
                     limit: CHUNK,
+                    after_seq: 0,
                 })
                 .await?;
             if chunk.is_empty() {
@@ -162,7 +163,7 @@ async fn into_sqlite(sqlite: &SqliteStore, data_dir: &Path) -> Result<Adopted, S
     let mut adopted = Adopted::default();
     for queue_id in standard_queues(sqlite).await? {
         let messages = queues
-            .peek(log_queue(queue_id), usize::MAX)
+            .peek(log_queue(queue_id), 0, usize::MAX)
             .map_err(log_error)?;
         if messages.is_empty() {
             continue;

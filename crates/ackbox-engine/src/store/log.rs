@@ -870,7 +870,11 @@ impl Store for LogStore {
             return self.sqlite.message_peek(params).await;
         }
         self.queues
-            .peek(log_queue(params.queue_id), params.limit as usize)
+            .peek(
+                log_queue(params.queue_id),
+                u64::try_from(params.after_seq).unwrap_or(0),
+                params.limit as usize,
+            )
             .map_err(self.write_error("message_peek"))?
             .into_iter()
             .map(stored)

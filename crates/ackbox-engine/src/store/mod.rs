@@ -570,6 +570,9 @@ pub struct MessagePeekParams {
     pub queue_id: i64,
     /// Most messages to return, oldest first.
     pub limit: u32,
+    /// Only messages stored after this sequence number: a reader pages
+    /// through a queue without leasing anything (0: from the start).
+    pub after_seq: i64,
 }
 
 /// What [`Store::message_receive`] found.

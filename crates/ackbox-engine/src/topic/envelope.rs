@@ -20,8 +20,9 @@ pub(crate) struct Notification<'a> {
     pub(crate) message: &'a str,
     pub(crate) timestamp: Timestamp,
     pub(crate) attributes: &'a MessageAttributes,
-    /// Where a subscriber can unsubscribe: this server's SNS endpoint.
-    pub(crate) unsubscribe_url: String,
+    /// Where a subscriber can unsubscribe: this server's SNS endpoint
+    /// (none for a replay into a queue that no subscription names).
+    pub(crate) unsubscribe_url: Option<String>,
 }
 
 impl Notification<'_> {
@@ -37,7 +38,9 @@ impl Notification<'_> {
         }
         members.push(("Message", Value::from(self.message)));
         members.push(("Timestamp", Value::from(rfc3339_millis(self.timestamp))));
-        members.push(("UnsubscribeURL", Value::from(self.unsubscribe_url.as_str())));
+        if let Some(url) = &self.unsubscribe_url {
+            members.push(("UnsubscribeURL", Value::from(url.as_str())));
+        }
         if !self.attributes.is_empty() {
             let attributes = self
                 .attributes
@@ -127,7 +130,7 @@ mod tests {
             message: "{\"id\": 7}\nline two",
             timestamp: 1_700_000_000_042,
             attributes: &attributes,
-            unsubscribe_url: "http://127.0.0.1:9324/?Action=Unsubscribe".to_owned(),
+            unsubscribe_url: Some("http://127.0.0.1:9324/?Action=Unsubscribe".to_owned()),
         };
         let text = notification.envelope();
         assert!(

@@ -23,10 +23,17 @@ use crate::engine::{Engine, validate_tags};
 use crate::error::EngineError;
 use crate::store::{StoreError, TopicRecord};
 
+mod archive;
 mod envelope;
 mod publish;
 mod push;
+mod replay;
 
+pub use archive::{
+    ARCHIVE_POLICY, ARCHIVE_QUEUE_PREFIX, BEGINNING_ARCHIVE_TIME, MAX_ARCHIVE_RETENTION_DAYS,
+    is_archive_queue,
+};
+use archive::{ArchiveDefinition, parse_archive_policy};
 pub use publish::{PublishEntry, Published};
 pub use push::{
     DELIVERY_POLICY, DELIVERY_QUEUE_PREFIX, HTTP_PROTOCOL, HTTPS_PROTOCOL, MESSAGE_ID_ATTRIBUTE,
@@ -34,6 +41,11 @@ pub use push::{
     SUBSCRIPTION_CONFIRMATION,
 };
 use push::{dead_letter_target, is_push, validate_endpoint};
+pub use replay::{
+    REPLAY_ATTRIBUTE, REPLAY_MESSAGE_ID_ATTRIBUTE, REPLAY_POLICY, REPLAY_PUBLISHED_AT_ATTRIBUTE,
+    REPLAY_STATUS, Replay, ReplayRequest,
+};
+use replay::{ReplayTask, parse_replay_policy};
 
 /// The largest message a topic takes unless its `MaximumMessageSize` says
 /// otherwise (SNS's default, 256 KiB).
@@ -70,6 +82,13 @@ pub(crate) struct TopicDefinition {
     pub(crate) tags: BTreeMap<String, String>,
     #[serde(default)]
     pub(crate) subscriptions: Vec<SubscriptionDefinition>,
+    /// Where publishes are archived, if the topic keeps an archive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) archive: Option<ArchiveDefinition>,
+    /// Replays of the archive: those running, and the latest that ended
+    /// (the audit log).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub(crate) replays: Vec<ReplayTask>,
 }
 
 /// One subscription of a topic.
@@ -243,6 +262,7 @@ fn validate_topic_attribute(name: &str, value: &str, creating: bool) -> Result<(
         FIFO_TOPIC | CONTENT_BASED_DEDUPLICATION => {
             Err(invalid(format!("{value:?} must be true or false.")))
         }
+        ARCHIVE_POLICY => parse_archive_policy(value).map(drop),
         "FifoThroughputScope" if matches!(value, "Topic" | "MessageGroup") => Ok(()),
         "FifoThroughputScope" => Err(invalid(format!("{value:?} must be Topic or MessageGroup."))),
         other => Err(SqsError::sns_invalid_parameter(
@@ -251,7 +271,7 @@ fn validate_topic_attribute(name: &str, value: &str, creating: bool) -> Result<(
                 "{other:?} is not a topic attribute ackbox sets (DisplayName, Policy, \
                  DeliveryPolicy, DataProtectionPolicy, KmsMasterKeyId, SignatureVersion, \
                  TracingConfig, MaximumMessageSize, FifoTopic, ContentBasedDeduplication, \
-                 FifoThroughputScope)."
+                 FifoThroughputScope, ArchivePolicy)."
             ),
         )),
     }
@@ -382,6 +402,8 @@ fn validate_subscription_attribute(
         DELIVERY_POLICY => parse_subscription_policy(value).map(drop).map_err(invalid),
         REDRIVE_POLICY if value.is_empty() => Ok(()),
         REDRIVE_POLICY => dead_letter_target(realm, value).map(drop),
+        REPLAY_POLICY if value.is_empty() => Ok(()),
+        REPLAY_POLICY => parse_replay_policy(value).map(drop),
         RAW_MESSAGE_DELIVERY => Err(SqsError::sns_invalid_parameter(
             "Attributes.RawMessageDelivery",
             format_args!("{value:?} must be true or false."),
@@ -391,7 +413,7 @@ fn validate_subscription_attribute(
             format_args!(
                 "{other:?} is not a subscription attribute this version of ackbox sets \
                  (RawMessageDelivery, FilterPolicy, FilterPolicyScope, DeliveryPolicy, \
-                 RedrivePolicy)."
+                 RedrivePolicy, ReplayPolicy)."
             ),
         )),
     }
@@ -466,11 +488,15 @@ impl Engine {
         } else {
             settings.remove(FIFO_TOPIC);
         }
+        let archive = self
+            .prepare_archive(settings.get(ARCHIVE_POLICY), name.is_fifo())
+            .await?;
         let definition = TopicDefinition {
             created_at: self.now(),
             attributes: settings.clone(),
             tags: tags.clone(),
-            subscriptions: Vec::new(),
+            archive: archive.clone(),
+            ..TopicDefinition::default()
         };
         if self
             .inner
@@ -479,6 +505,10 @@ impl Engine {
             .await?
         {
             return Ok(arn);
+        }
+        if let Some(archive) = &archive {
+            // The topic exists: the archive prepared for a new one is nobody's.
+            self.drop_archive_queue(archive).await?;
         }
         let (existing, _) = self.topic_definition(&name).await?;
         let differs = settings
@@ -498,16 +528,21 @@ impl Engine {
     /// does not exist succeeds, as in SNS.
     pub async fn delete_topic(&self, topic_arn: &str) -> Result<(), EngineError> {
         let name = self.topic_name(topic_arn)?;
-        let subscriptions = match self.topic_definition(&name).await {
-            Ok((definition, _)) => definition.subscriptions,
-            Err(EngineError::Sqs(error)) if error.code == ErrorCode::NotFound => Vec::new(),
+        let definition = match self.topic_definition(&name).await {
+            Ok((definition, _)) => definition,
+            Err(EngineError::Sqs(error)) if error.code == ErrorCode::NotFound => {
+                TopicDefinition::default()
+            }
             Err(other) => return Err(other),
         };
         self.inner.store.topic_delete(name.as_str()).await?;
-        for subscription in subscriptions {
+        for subscription in definition.subscriptions {
             if is_push(&subscription.protocol) {
                 self.drop_delivery_queue(&subscription.id).await?;
             }
+        }
+        if let Some(archive) = &definition.archive {
+            self.drop_archive_queue(archive).await?;
         }
         Ok(())
     }
@@ -553,6 +588,12 @@ impl Engine {
         attributes.insert("SubscriptionsDeleted".to_owned(), "0".to_owned());
         attributes.insert("Owner".to_owned(), realm.account_id.clone());
         attributes.insert("TopicArn".to_owned(), arn);
+        if let Some(archive) = &definition.archive {
+            attributes.insert(
+                BEGINNING_ARCHIVE_TIME.to_owned(),
+                ackbox_core::utc::rfc3339_millis(archive.since),
+            );
+        }
         Ok(attributes)
     }
 
@@ -565,6 +606,9 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let name = self.topic_name(topic_arn)?;
         validate_topic_attribute(attribute, value, false)?;
+        if attribute == ARCHIVE_POLICY {
+            return self.set_archive_policy(&name, value).await;
+        }
         self.change_topic(&name, |definition| {
             let mut attributes = definition.attributes.clone();
             attributes.insert(attribute.to_owned(), value.to_owned());
@@ -877,6 +921,9 @@ impl Engine {
                 .to_string(),
             );
         }
+        if let Some(status) = definition.replay_status(&id) {
+            attributes.insert(REPLAY_STATUS.to_owned(), status.to_owned());
+        }
         let pending = subscription.pending_confirmation.to_string();
         let authenticated = (!is_push(&subscription.protocol)).to_string();
         for (attribute, value) in [
@@ -893,12 +940,17 @@ impl Engine {
         Ok(attributes)
     }
 
-    /// SetSubscriptionAttributes: one attribute.
+    /// SetSubscriptionAttributes: one attribute. A `ReplayPolicy` starts a
+    /// replay of the topic's archive to the subscription (for
+    /// `requested_by`; `server_url` is this server's as the caller reached
+    /// it), ending any it had running; an empty one only ends them.
     pub async fn set_subscription_attribute(
         &self,
         subscription_arn: &str,
         attribute: &str,
         value: &str,
+        requested_by: &str,
+        server_url: &str,
     ) -> Result<(), EngineError> {
         let (name, id) = self.realm().subscription_from_arn(subscription_arn)?;
         if attribute == REDRIVE_POLICY {
@@ -931,6 +983,24 @@ impl Engine {
             .map_err(subscription_not_found)?;
         if is_push(&subscription.protocol) && attribute == REDRIVE_POLICY {
             self.ensure_delivery_queue(&subscription).await?;
+        }
+        if attribute == REPLAY_POLICY {
+            self.cancel_subscription_replays(&name, &id).await?;
+            if !value.is_empty() {
+                let (start, end) = parse_replay_policy(value)?;
+                self.start_replay(ReplayRequest {
+                    topic_arn: self.realm().topic_arn(&name),
+                    destination_arn: subscription_arn.to_owned(),
+                    start,
+                    end,
+                    filter_policy: None,
+                    raw_message_delivery: false,
+                    rate: None,
+                    requested_by: requested_by.to_owned(),
+                    endpoint: server_url.to_owned(),
+                })
+                .await?;
+            }
         }
         Ok(())
     }

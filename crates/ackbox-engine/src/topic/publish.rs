@@ -10,6 +10,7 @@
 //! before anything is stored. A subscription's filter policy decides
 //! which entries it takes (`ackbox_core::filter_policy`).
 
+use ackbox_core::clock::Timestamp;
 use ackbox_core::digest::content_deduplication_id;
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_core::filter_policy::{FilterPolicy, FilterScope};
@@ -17,6 +18,7 @@ use ackbox_core::limits::{FIFO_DEDUPLICATION_WINDOW_SECONDS, MAX_FIFO_TOKEN_LEN}
 use ackbox_core::message::{MessageAttributes, message_size, validate_message_attributes};
 use ackbox_core::topic_name::TopicName;
 
+use super::archive::ArchivedPublish;
 use super::envelope::Notification;
 use super::push::{NOTIFICATION, delivery_attributes, delivery_queue, is_push};
 use super::{SQS_PROTOCOL, SubscriptionDefinition, TopicDefinition};
@@ -60,16 +62,37 @@ pub struct Published {
     pub sequence_number: Option<String>,
 }
 
-/// A subscribed queue and how it wants the message.
-struct Target<'a> {
-    subscription: &'a SubscriptionDefinition,
-    filter: Option<(FilterPolicy, FilterScope)>,
-    queue: std::sync::Arc<Queue>,
+/// What a target queue is for, which says how a message is written to it.
+pub(crate) enum TargetKind<'a> {
+    /// A subscription's queue, or a push subscription's delivery queue: the
+    /// envelope or the raw message, as the subscription asks.
+    Subscription(&'a SubscriptionDefinition),
+    /// The topic's archive: the publish as [`ArchivedPublish`] records it.
+    Archive,
+    /// A replay's destination queue that no subscription names.
+    Queue { raw_message_delivery: bool },
+}
+
+/// A queue a publish (or a replay) writes to, and how it wants the message.
+pub(crate) struct Target<'a> {
+    pub(crate) kind: TargetKind<'a>,
+    pub(crate) filter: Option<(FilterPolicy, FilterScope)>,
+    pub(crate) queue: std::sync::Arc<Queue>,
+}
+
+/// What makes one copy of a publish the copy it is: the notification's id
+/// and time, its deduplication id, and, on a replay, the replay's marks.
+pub(crate) struct Stamp<'a> {
+    pub(crate) message_id: &'a str,
+    pub(crate) timestamp: Timestamp,
+    pub(crate) deduplication_id: Option<String>,
+    /// Attributes every copy carries besides its own (a replay's).
+    pub(crate) marks: &'a MessageAttributes,
 }
 
 impl Target<'_> {
     /// Whether the subscription's filter policy lets `entry` through.
-    fn takes(&self, entry: &PublishEntry, message: &str) -> bool {
+    pub(crate) fn takes(&self, entry: &PublishEntry, message: &str) -> bool {
         match &self.filter {
             None => true,
             Some((policy, FilterScope::MessageAttributes)) => {
@@ -96,6 +119,9 @@ impl Engine {
         let (definition, _) = self.topic_definition(&name).await?;
         let topic_arn = self.realm().topic_arn(&name);
         let targets = self.targets(&name, &definition).await?;
+        let archive = targets
+            .iter()
+            .position(|target| matches!(target.kind, TargetKind::Archive));
         let mut copies: Vec<Vec<NewMessage>> = targets.iter().map(|_| Vec::new()).collect();
         // Per published entry: the target and position of its first copy,
         // whose sequence number a FIFO topic answers with.
@@ -113,11 +139,13 @@ impl Engine {
                 )
                 .map(|(message_id, entry_copies)| {
                     let mut first_copy = None;
-                    for (target, (queue_copies, copy)) in
+                    for (index, (queue_copies, copy)) in
                         copies.iter_mut().zip(entry_copies).enumerate()
                     {
                         if let Some(copy) = copy {
-                            first_copy.get_or_insert((target, queue_copies.len()));
+                            if Some(index) != archive {
+                                first_copy.get_or_insert((index, queue_copies.len()));
+                            }
                             queue_copies.push(copy);
                         }
                     }
@@ -133,8 +161,9 @@ impl Engine {
         let stored = self.store_copies(&name, targets, copies).await?;
         let delivered = stored
             .iter()
-            .flatten()
-            .flatten()
+            .enumerate()
+            .filter(|(index, _)| Some(*index) != archive)
+            .flat_map(|(_, copies)| copies.iter().flatten())
             .filter(|copy| !copy.duplicate)
             .count() as u64;
         counters::published(&name, published, delivered);
@@ -151,8 +180,8 @@ impl Engine {
         Ok(outcomes)
     }
 
-    /// The live queues subscribed to the topic, and the delivery queues of
-    /// its confirmed push subscriptions.
+    /// The live queues subscribed to the topic, the delivery queues of its
+    /// confirmed push subscriptions, and last its archive, if it keeps one.
     async fn targets<'a>(
         &self,
         topic: &TopicName,
@@ -174,7 +203,7 @@ impl Engine {
             };
             match self.queue(&queue_name).await {
                 Ok(queue) => targets.push(Target {
-                    subscription,
+                    kind: TargetKind::Subscription(subscription),
                     filter: subscription.filter()?,
                     queue,
                 }),
@@ -186,6 +215,19 @@ impl Engine {
                     );
                     counters::undeliverable(topic, 1);
                 }
+                Err(other) => return Err(other),
+            }
+        }
+        if let Some(archive) = &definition.archive {
+            // Looked up like any queue: an archive dropped since the
+            // definition was read is one a publish no longer writes to.
+            match self.queue(&archive.queue()).await {
+                Ok(queue) => targets.push(Target {
+                    kind: TargetKind::Archive,
+                    filter: None,
+                    queue,
+                }),
+                Err(EngineError::Sqs(error)) if error.code == ErrorCode::QueueDoesNotExist => {}
                 Err(other) => return Err(other),
             }
         }
@@ -215,66 +257,124 @@ impl Engine {
             None if definition.is_fifo() => Some(content_deduplication_id(&message)),
             None => None,
         };
+        let stamp = Stamp {
+            message_id: &message_id,
+            timestamp: self.now(),
+            deduplication_id,
+            marks: &MessageAttributes::new(),
+        };
         let mut copies = Vec::with_capacity(targets.len());
         for target in targets {
-            if !target.takes(&entry, &message) {
-                copies.push(None);
-                continue;
-            }
-            let subscription_arn = format!("{topic_arn}:{}", target.subscription.id);
-            let protocol = target.subscription.protocol.as_str();
-            let text = match protocol {
-                SQS_PROTOCOL => message.clone(),
-                other => protocol_text(&entry, other)?,
-            };
-            let push = is_push(protocol);
-            let (body, attributes) = if target.subscription.raw_message_delivery() {
-                let attributes = if push {
-                    delivery_attributes(NOTIFICATION, &message_id)
-                } else {
-                    entry.attributes.clone()
-                };
-                (text, attributes)
-            } else {
-                let notification = Notification {
-                    message_id: &message_id,
-                    topic_arn,
-                    subject: entry.subject.as_deref(),
-                    message: &text,
-                    timestamp: self.now(),
-                    attributes: &entry.attributes,
-                    unsubscribe_url: format!(
-                        "{endpoint}/?Action=Unsubscribe&SubscriptionArn={subscription_arn}"
-                    ),
-                };
-                let attributes = if push {
-                    delivery_attributes(NOTIFICATION, &message_id)
-                } else {
-                    MessageAttributes::new()
-                };
-                (notification.envelope(), attributes)
-            };
-            let send = SendEntry {
-                body,
-                attributes,
-                group_id: entry.group_id.clone(),
-                deduplication_id: deduplication_id.clone(),
-                ..SendEntry::default()
-            };
-            let copy = self
-                .prepare(&target.queue, send, sender_id)
-                .map_err(|refusal| {
-                    SqsError::sns_invalid_parameter(
-                        "Message",
-                        format_args!(
-                            "subscription {subscription_arn}'s queue {} refuses the message: {}",
-                            target.queue.name, refusal.message
-                        ),
-                    )
-                })?;
-            copies.push(Some(copy));
+            let copy = target
+                .takes(&entry, &message)
+                .then(|| self.copy(target, &entry, &stamp, topic_arn, sender_id, endpoint))
+                .transpose()?;
+            copies.push(copy);
         }
         Ok((message_id, copies))
+    }
+
+    /// `entry`'s copy for `target`, ready to store; refused when the
+    /// target's queue would refuse it.
+    pub(crate) fn copy(
+        &self,
+        target: &Target<'_>,
+        entry: &PublishEntry,
+        stamp: &Stamp<'_>,
+        topic_arn: &str,
+        sender_id: &str,
+        endpoint: &str,
+    ) -> Result<NewMessage, SqsError> {
+        let (subscription, raw, protocol) = match &target.kind {
+            TargetKind::Archive => {
+                let record = ArchivedPublish::new(
+                    entry,
+                    stamp.message_id,
+                    stamp.timestamp,
+                    stamp.deduplication_id.as_ref(),
+                );
+                // A FIFO archive keeps the publish's group and drops a
+                // repeat as the subscribed queues do.
+                let fifo = target.queue.name.is_fifo();
+                let send = SendEntry {
+                    body: record.encode(),
+                    group_id: entry.group_id.clone().filter(|_| fifo),
+                    deduplication_id: stamp.deduplication_id.clone().filter(|_| fifo),
+                    ..SendEntry::default()
+                };
+                return self
+                    .prepare(&target.queue, send, sender_id)
+                    .map_err(|refusal| {
+                        SqsError::sns_invalid_parameter(
+                            "Message",
+                            format_args!(
+                                "the topic's archive {} refuses the message: {}",
+                                target.queue.name, refusal.message
+                            ),
+                        )
+                    });
+            }
+            TargetKind::Subscription(subscription) => (
+                Some(*subscription),
+                subscription.raw_message_delivery(),
+                subscription.protocol.as_str(),
+            ),
+            TargetKind::Queue {
+                raw_message_delivery,
+            } => (None, *raw_message_delivery, SQS_PROTOCOL),
+        };
+        let subscription_arn =
+            subscription.map(|subscription| format!("{topic_arn}:{}", subscription.id));
+        let text = protocol_text(entry, protocol)?;
+        let push = is_push(protocol);
+        let (body, mut attributes) = if raw {
+            let attributes = if push {
+                delivery_attributes(NOTIFICATION, stamp.message_id)
+            } else {
+                entry.attributes.clone()
+            };
+            (text, attributes)
+        } else {
+            let notification = Notification {
+                message_id: stamp.message_id,
+                topic_arn,
+                subject: entry.subject.as_deref(),
+                message: &text,
+                timestamp: stamp.timestamp,
+                attributes: &entry.attributes,
+                unsubscribe_url: subscription_arn
+                    .as_ref()
+                    .map(|arn| format!("{endpoint}/?Action=Unsubscribe&SubscriptionArn={arn}")),
+            };
+            let attributes = if push {
+                delivery_attributes(NOTIFICATION, stamp.message_id)
+            } else {
+                MessageAttributes::new()
+            };
+            (notification.envelope(), attributes)
+        };
+        attributes.extend(stamp.marks.clone());
+        let send = SendEntry {
+            body,
+            attributes,
+            group_id: entry.group_id.clone(),
+            deduplication_id: stamp.deduplication_id.clone(),
+            ..SendEntry::default()
+        };
+        self.prepare(&target.queue, send, sender_id)
+            .map_err(|refusal| {
+                let whose = subscription_arn.map_or_else(
+                    || "the replay's".to_owned(),
+                    |arn| format!("subscription {arn}'s"),
+                );
+                SqsError::sns_invalid_parameter(
+                    "Message",
+                    format_args!(
+                        "{whose} queue {} refuses the message: {}",
+                        target.queue.name, refusal.message
+                    ),
+                )
+            })
     }
 
     /// Stores every target's copies in one transaction; what the store did

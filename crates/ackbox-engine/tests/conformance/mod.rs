@@ -217,6 +217,7 @@ macro_rules! store_conformance {
             queue_updates_persist,
             receive_leases_oldest_first_and_counts_receives,
             a_batch_stores_each_message_under_the_sequence_number_it_reports,
+            a_peek_pages_after_a_sequence_number_and_leases_nothing,
             concurrent_sends_each_get_their_own_sequence_numbers,
             a_zero_lease_never_returns_a_message_twice_in_one_receive,
             a_zero_lease_beside_a_dead_letter_move_returns_each_message_once,

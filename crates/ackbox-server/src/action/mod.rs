@@ -23,6 +23,7 @@ use crate::protocol::Parameters;
 
 pub mod batch;
 pub mod cancel_message_move_task;
+pub mod cancel_replay;
 pub mod change_message_visibility;
 pub mod change_message_visibility_batch;
 pub mod confirm_subscription;
@@ -41,6 +42,7 @@ pub mod list_message_move_tasks;
 pub mod list_move_task_history;
 pub mod list_queue_tags;
 pub mod list_queues;
+pub mod list_replays;
 pub mod list_subscriptions;
 pub mod list_subscriptions_by_topic;
 pub mod list_tags_for_resource;
@@ -58,6 +60,7 @@ pub mod set_queue_attributes;
 pub mod set_subscription_attributes;
 pub mod set_topic_attributes;
 pub mod start_message_move_task;
+pub mod start_replay;
 pub mod subscribe;
 pub mod summarize_queue;
 pub mod tag_queue;
@@ -344,6 +347,33 @@ impl Resources for cancel_message_move_task::Request {
 impl Resources for resume_message_move_task::Request {
     fn resources(&self) -> Vec<Resource<'_>> {
         vec![Resource::MoveTask(&self.task_handle)]
+    }
+}
+
+impl Resources for start_replay::Request {
+    fn resources(&self) -> Vec<Resource<'_>> {
+        let destination = if self.destination_arn.starts_with("arn:aws:sns:") {
+            Resource::SubscriptionArn(&self.destination_arn)
+        } else {
+            Resource::QueueArn(&self.destination_arn)
+        };
+        vec![Resource::TopicArn(&self.topic_arn), destination]
+    }
+}
+
+impl Resources for list_replays::Request {
+    fn resources(&self) -> Vec<Resource<'_>> {
+        vec![
+            self.topic_arn
+                .as_deref()
+                .map_or(Resource::Listing, Resource::TopicArn),
+        ]
+    }
+}
+
+impl Resources for cancel_replay::Request {
+    fn resources(&self) -> Vec<Resource<'_>> {
+        vec![Resource::TopicArn(&self.topic_arn)]
     }
 }
 

@@ -30,6 +30,8 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
             &request.subscription_arn,
             &request.attribute_name,
             &request.attribute_value,
+            context.principal(),
+            &context.base_url,
         )
         .await?;
     Ok(Response {})

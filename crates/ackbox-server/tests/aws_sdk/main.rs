@@ -13,6 +13,7 @@ mod messages;
 mod parity;
 mod push;
 mod queues;
+mod replay;
 mod topics;
 
 use std::time::{Duration, Instant};

@@ -271,10 +271,11 @@ pub(super) async fn message_peek(
     sqlx::query(concat!(
         "SELECT ",
         message_columns!(),
-        " FROM messages WHERE queue_id = $1 ORDER BY seq LIMIT $2"
+        " FROM messages WHERE queue_id = $1 AND seq > $3 ORDER BY seq LIMIT $2"
     ))
     .bind(params.queue_id)
     .bind(i64::from(params.limit))
+    .bind(params.after_seq)
     .fetch_all(pool)
     .await
     .map_err(postgres_error("message_peek"))?

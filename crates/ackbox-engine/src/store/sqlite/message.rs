@@ -387,11 +387,15 @@ pub(crate) fn message_peek(
 ) -> Result<Vec<StoredMessage>, StoreError> {
     let rows = connection
         .prepare_cached(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE queue_id = ?1 ORDER BY seq LIMIT ?2"
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE queue_id = ?1 AND seq > ?3 ORDER BY seq \
+             LIMIT ?2"
         ))
         .and_then(|mut select| {
             select
-                .query_map(params![params.queue_id, params.limit], message_row)?
+                .query_map(
+                    params![params.queue_id, params.limit, params.after_seq],
+                    message_row,
+                )?
                 .collect::<Result<Vec<_>, _>>()
         })
         .map_err(database_error("message_peek"))?;
