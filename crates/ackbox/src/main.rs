@@ -47,6 +47,8 @@ enum Command {
     Dlq(cmd::dlq::Args),
     /// Move dead-lettered messages back: start, status, cancel.
     Redrive(cmd::redrive::Args),
+    /// Deliver a topic's archived publishes again: start, list, cancel.
+    Replay(cmd::replay::Args),
     /// Load-test ackbox, alone or side by side with RabbitMQ, NATS and PostgreSQL.
     Bench(cmd::bench::Args),
     /// Check an embedded store's files: what is readable, where damage is.
@@ -107,6 +109,7 @@ fn run(command: Command) -> anyhow::Result<()> {
             Command::Receive(args) => cmd::receive::run(args).await,
             Command::Dlq(args) => cmd::dlq::run(args).await,
             Command::Redrive(args) => cmd::redrive::run(args).await,
+            Command::Replay(args) => cmd::replay::run(args).await,
             Command::Bench(args) => cmd::bench::run(args).await,
             Command::Store(args) => cmd::store::run(args).await,
         }

@@ -922,6 +922,115 @@ async fn the_cli_speaks_https_to_a_broker_it_is_told_to_trust() {
     );
 }
 
+/// `ackbox replay`: a topic's archive delivered again into a queue, with a
+/// filter and raw, followed to its end; the audit log; bad input refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_archive_is_replayed_from_the_cli() {
+    let server = ackbox_testkit::server::TestServer::builder().start().await;
+    let endpoint = server.url();
+    let sns = server.sns_client();
+    let topic = sns
+        .create_topic()
+        .name("orders")
+        .attributes("ArchivePolicy", r#"{"MessageRetentionPeriod":"3"}"#)
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    for (body, kind) in [("o-1", "placed"), ("o-2", "cancelled"), ("o-3", "placed")] {
+        sns.publish()
+            .topic_arn(&topic)
+            .message(body)
+            .message_attributes(
+                "kind",
+                aws_sdk_sns::types::MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(kind)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    ok_stdout(ackbox(&endpoint, &["queue", "create", "rebuild"]));
+    let report = ok_stdout(ackbox(
+        &endpoint,
+        &[
+            "replay",
+            "start",
+            "--topic",
+            "orders",
+            "--to",
+            "rebuild",
+            "--from",
+            "1h",
+            "--filter",
+            r#"{"kind":["placed"]}"#,
+            "--raw",
+        ],
+    ));
+    assert!(
+        report.starts_with("COMPLETED  replayed 2 (skipped 1)"),
+        "{report}"
+    );
+    let received: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["receive", "rebuild", "--max", "10", "--json"],
+    )))
+    .unwrap();
+    let mut bodies: Vec<&str> = received["Messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| message["Body"].as_str().unwrap())
+        .collect();
+    bodies.sort_unstable();
+    assert_eq!(bodies, ["o-1", "o-3"]);
+
+    let listed: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["replay", "list", "--topic", "orders", "--json"],
+    )))
+    .unwrap();
+    let replay = &listed["Replays"][0];
+    assert_eq!(replay["Status"], "COMPLETED");
+    assert_eq!(replay["RequestedBy"], "anonymous");
+    assert_eq!(replay["FilterPolicy"], r#"{"kind":["placed"]}"#);
+
+    for (args, names) in [
+        (
+            vec![
+                "replay", "start", "--topic", "nope", "--to", "rebuild", "--from", "1h",
+            ],
+            "no topic is named \"nope\"",
+        ),
+        (
+            vec![
+                "replay",
+                "start",
+                "--topic",
+                "orders",
+                "--to",
+                "rebuild",
+                "--from",
+                "yesterday",
+            ],
+            "RFC 3339",
+        ),
+        (
+            vec!["replay", "start", "--topic", "orders", "--from", "1h"],
+            "--to",
+        ),
+    ] {
+        let output = ackbox(&endpoint, &args);
+        assert!(!output.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(names), "{args:?}: {stderr}");
+    }
+}
+
 /// The peers of the side-by-side table (README) through their own clients,
 /// against the services `.ci/run` starts: each runs every workload without
 /// an error, and W2 takes what W1 sent.

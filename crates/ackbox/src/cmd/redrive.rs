@@ -81,7 +81,7 @@ enum RedriveCommand {
 }
 
 /// Parses an age such as `90s`, `30m`, `2h` or `1d` (bare numbers are seconds).
-fn parse_age(text: &str) -> Result<u32, String> {
+pub(crate) fn parse_age(text: &str) -> Result<u32, String> {
     let (digits, unit) = match text.char_indices().find(|(_, ch)| !ch.is_ascii_digit()) {
         Some((split, _)) => text.split_at(split),
         None => (text, "s"),
@@ -105,7 +105,7 @@ fn parse_age(text: &str) -> Result<u32, String> {
         .ok_or_else(|| format!("age {text:?} is too large"))
 }
 
-async fn queue_arn(client: &ApiClient, name: &str) -> anyhow::Result<String> {
+pub(crate) async fn queue_arn(client: &ApiClient, name: &str) -> anyhow::Result<String> {
     let url = client.queue_url(name).await?;
     let reply = client
         .call(
