@@ -326,3 +326,153 @@ async fn drain(client: &aws_sdk_sqs::Client, url: &str) -> BTreeSet<String> {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inv13_a_replay_killed_midway_resumes_after_restart_and_delivers_every_archived_publish() {
+    replay_across_kill9(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inv13_a_replay_killed_midway_on_the_log_store_resumes_and_delivers_every_publish() {
+    replay_across_kill9(&["--store", "log"]).await;
+}
+
+/// Invariant 13: a replay is a task the store keeps, with a cursor. It is
+/// killed with `kill -9` halfway; after a restart it goes on from its cursor
+/// and delivers every archived publish, the slice in flight at the kill at
+/// most twice.
+async fn replay_across_kill9(args: &[&str]) {
+    const PUBLISHES: usize = 300;
+    const RATE: i64 = 50;
+    let data_dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
+    let sqs = sqs_client(&server.url());
+    let sns = sns_client(&server.url());
+    let topic = sns
+        .create_topic()
+        .name("orders")
+        .attributes("ArchivePolicy", r#"{"MessageRetentionPeriod":"1"}"#)
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    for batch in 0..PUBLISHES / 10 {
+        let entries = (0..10)
+            .map(|index| {
+                PublishBatchRequestEntry::builder()
+                    .id(format!("e{index}"))
+                    .message(format!("order-{}", batch * 10 + index))
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        sns.publish_batch()
+            .topic_arn(&topic)
+            .set_publish_batch_request_entries(Some(entries))
+            .send()
+            .await
+            .unwrap();
+    }
+    let url = sqs
+        .create_queue()
+        .queue_name("rebuild")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let (status, started) = ackbox_testkit::client::call_json(
+        &server.url(),
+        "AckBox.StartReplay",
+        &serde_json::json!({
+            "TopicArn": topic,
+            "DestinationArn": "arn:aws:sqs:us-east-1:000000000000:rebuild",
+            "StartTimestamp": 0,
+            "RawMessageDelivery": true,
+            "MaxNumberOfMessagesPerSecond": RATE,
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{started}");
+    let replayed = |server_url: String| async move {
+        let (_, listing) = ackbox_testkit::client::call_json(
+            &server_url,
+            "AckBox.ListReplays",
+            &serde_json::json!({}),
+        )
+        .await;
+        let replay = listing["Replays"][0].clone();
+        (
+            replay["Status"].as_str().unwrap_or_default().to_owned(),
+            replay["ApproximateNumberOfMessagesReplayed"]
+                .as_i64()
+                .unwrap_or_default(),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, count) = replayed(server.url()).await;
+        assert_eq!(status, "RUNNING", "the replay was to be killed midway");
+        if count >= 100 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replay made no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.kill9();
+
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
+    let sqs = sqs_client(&server.url());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (status, _) = replayed(server.url()).await;
+        if status == "COMPLETED" {
+            break;
+        }
+        assert_eq!(status, "RUNNING", "the replay resumes after the restart");
+        assert!(Instant::now() < deadline, "the replay never completed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mut deliveries = Vec::new();
+    loop {
+        let output = sqs
+            .receive_message()
+            .queue_url(&url)
+            .max_number_of_messages(10)
+            .visibility_timeout(600)
+            .send()
+            .await
+            .unwrap();
+        if output.messages().is_empty() {
+            break;
+        }
+        deliveries.extend(
+            output
+                .messages()
+                .iter()
+                .map(|message| message.body().unwrap_or_default().to_owned()),
+        );
+    }
+    let distinct: BTreeSet<&String> = deliveries.iter().collect();
+    let expected: BTreeSet<String> = (0..PUBLISHES)
+        .map(|index| format!("order-{index}"))
+        .collect();
+    let missing: Vec<&String> = expected
+        .iter()
+        .filter(|body| !distinct.contains(body))
+        .take(5)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "archived publishes never replayed: {missing:?}"
+    );
+    // One slice is a tenth of a second's worth at the replay's rate.
+    let repeated = deliveries.len() - distinct.len();
+    assert!(
+        repeated as i64 <= RATE / 10,
+        "{repeated} publishes replayed twice: more than the slice in flight at the kill"
+    );
+    assert!(server.terminate(), "the restarted server exits cleanly");
+}

@@ -556,15 +556,38 @@ impl Engine {
                 continue;
             };
             for task in TopicDefinition::decode(&record)?.replays {
-                let free = task.lease_until <= now
-                    || task.runner.as_deref() == Some(self.inner.runner_id.as_str())
-                    || (restarted && !self.inner.shared_store);
-                if task.status == RUNNING && free {
-                    self.spawn_replay(name.clone(), task.handle);
+                if task.status != RUNNING {
+                    continue;
                 }
+                let mine = task.runner.as_deref() == Some(self.inner.runner_id.as_str());
+                if restarted && !self.inner.shared_store && !mine {
+                    // The lease names a runner of this node before the
+                    // restart: nobody runs the replay now.
+                    self.take_replay(&name, &task.handle).await?;
+                } else if !mine && task.lease_until > now {
+                    continue;
+                }
+                self.spawn_replay(name.clone(), task.handle);
             }
         }
         Ok(())
+    }
+
+    /// Makes this engine's runner the holder of replay `handle`.
+    async fn take_replay(&self, topic: &TopicName, handle: &str) -> Result<(), EngineError> {
+        let now = self.now();
+        self.change_topic(topic, |definition| {
+            if let Some(task) = definition
+                .replays
+                .iter_mut()
+                .find(|task| task.handle == handle)
+            {
+                task.runner = Some(self.inner.runner_id.clone());
+                task.lease_until = now + LEASE_MILLIS;
+            }
+            Ok(())
+        })
+        .await
     }
 
     fn spawn_replay(&self, topic: TopicName, handle: String) {
