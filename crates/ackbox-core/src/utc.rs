@@ -90,6 +90,33 @@ pub fn rfc3339_millis(epoch_millis: Timestamp) -> String {
     format!("{stem}.{:03}Z", epoch_millis.rem_euclid(1_000))
 }
 
+/// Reads an age such as `90s`, `30m`, `2h` or `1d` (bare numbers are
+/// seconds) as seconds: how the CLI and the dashboard take "older than" and
+/// "since".
+pub fn parse_age(text: &str) -> Result<u32, String> {
+    let (digits, unit) = match text.char_indices().find(|(_, ch)| !ch.is_ascii_digit()) {
+        Some((split, _)) => text.split_at(split),
+        None => (text, "s"),
+    };
+    let amount: u32 = digits
+        .parse()
+        .map_err(|_| format!("expected an age like 30m or 2h; got {text:?}"))?;
+    let unit_seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        other => {
+            return Err(format!(
+                "unknown age unit {other:?} in {text:?}; use s, m, h or d"
+            ));
+        }
+    };
+    amount
+        .checked_mul(unit_seconds)
+        .ok_or_else(|| format!("age {text:?} is too large"))
+}
+
 /// Reads an RFC 3339 time — `2026-12-07T04:43:02Z`, with optional
 /// fractional seconds (kept to the millisecond) and a `Z` or `±hh:mm`
 /// offset — as SNS's replay policies write them. `None` for anything else.
@@ -187,6 +214,17 @@ fn civil_from_days(days: i64) -> (i64, i64, i64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ages_read_like_people_write_them() {
+        assert_eq!(parse_age("90"), Ok(90));
+        assert_eq!(parse_age("30m"), Ok(1_800));
+        assert_eq!(parse_age("2h"), Ok(7_200));
+        assert_eq!(parse_age("1d"), Ok(86_400));
+        assert!(parse_age("5w").is_err());
+        assert!(parse_age("soon").is_err());
+        assert!(parse_age("999999999d").is_err());
+    }
 
     #[test]
     fn rfc3339_times_read_back_as_epoch_milliseconds() {

@@ -68,6 +68,11 @@ pub fn app(state: AppState) -> Router {
         .route("/ui/queues/{name}", get(crate::ui::queue))
         .route("/ui/topics", get(crate::ui::topics))
         .route("/ui/topics/{name}", get(crate::ui::topic))
+        .route("/ui/topics/{name}/replay", post(crate::ui::replay))
+        .route(
+            "/ui/topics/{name}/replay/cancel",
+            post(crate::ui::cancel_replay),
+        )
         .route("/ui/queues/{name}/redrive", post(crate::ui::redrive))
         .route("/ui/queues/{name}/cancel", post(crate::ui::cancel))
         .route("/ui/queues/{name}/purge", post(crate::ui::purge))
@@ -335,7 +340,8 @@ async fn read_body(
     }
 }
 
-fn base_url(headers: &HeaderMap, scheme: &str, fallback: &str) -> String {
+/// This server's URL as the client reached it (its `Host`), else `fallback`.
+pub(crate) fn base_url(headers: &HeaderMap, scheme: &str, fallback: &str) -> String {
     headers
         .get(header::HOST)
         .and_then(|host| host.to_str().ok())

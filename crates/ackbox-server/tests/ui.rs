@@ -382,3 +382,110 @@ async fn topics_show_each_subscription_its_state_and_a_push_backlog() {
     let (status, _, _) = http(&server, "GET", "/ui/topics/nowhere", "").await;
     assert_eq!(status, 404);
 }
+
+/// A topic's archive and its replays on the dashboard: the archive's size,
+/// a replay started with the form (filter, raw), its audit row, a bad time
+/// refused naming what it takes, a running replay cancelled with its button.
+#[tokio::test]
+async fn a_topics_archive_is_replayed_watched_and_cancelled_from_the_dashboard() {
+    let server = TestServer::builder().start().await;
+    let (sqs, sns) = (server.client(), server.sns_client());
+    let rebuild = create_queue(&sqs, "rebuild").await;
+    let topic = sns
+        .create_topic()
+        .name("orders")
+        .attributes("ArchivePolicy", r#"{"MessageRetentionPeriod":"2"}"#)
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    for (body, kind) in [("o-1", "placed"), ("o-2", "cancelled"), ("o-3", "placed")] {
+        sns.publish()
+            .topic_arn(&topic)
+            .message(body)
+            .message_attributes(
+                "kind",
+                aws_sdk_sns::types::MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(kind)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+            .await
+            .unwrap();
+    }
+    let (status, _, page) = http(&server, "GET", "/ui/topics/orders", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("Keeps every publish 2 day(s); holds 3"),
+        "{page}"
+    );
+    assert!(page.contains("Start replay"), "{page}");
+
+    let form = "destination=rebuild&from=1h&filter=%7B%22kind%22%3A%5B%22placed%22%5D%7D&raw=on";
+    let (status, location, _) = http(&server, "POST", "/ui/topics/orders/replay", form).await;
+    assert_eq!(status, 303);
+    let location = location.unwrap();
+    assert!(location.contains("notice=Replay"), "{location}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let page = loop {
+        let (_, _, page) = http(&server, "GET", "/ui/topics/orders", "").await;
+        if page.contains("<td>COMPLETED</td>") {
+            break page;
+        }
+        assert!(Instant::now() < deadline, "the replay completes: {page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(
+        page.contains("<td>dashboard</td>")
+            && page.contains("<td class=\"num\">2</td><td class=\"num\">1</td>"),
+        "{page}"
+    );
+    let mut bodies = ackbox_testkit::client::receive_bodies(&sqs, &rebuild).await;
+    bodies.sort_unstable();
+    assert_eq!(bodies, ["o-1", "o-3"]);
+
+    let (_, location, _) = http(
+        &server,
+        "POST",
+        "/ui/topics/orders/replay",
+        "destination=rebuild&from=yesterday",
+    )
+    .await;
+    assert!(
+        location.unwrap().contains("RFC+3339"),
+        "a bad time is named"
+    );
+
+    // One a second: still running when cancelled.
+    let (_, location, _) = http(
+        &server,
+        "POST",
+        "/ui/topics/orders/replay",
+        "destination=rebuild&from=1h&rate=1",
+    )
+    .await;
+    assert!(location.unwrap().contains("notice=Replay"));
+    let (_, _, page) = http(&server, "GET", "/ui/topics/orders", "").await;
+    let handle = page
+        .split("name=\"handle\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a running replay has a cancel button")
+        .to_owned();
+    let (_, location, _) = http(
+        &server,
+        "POST",
+        "/ui/topics/orders/replay/cancel",
+        &format!("handle={handle}"),
+    )
+    .await;
+    assert!(
+        location.unwrap().contains("notice=Replay+cancelled"),
+        "the replay is cancelled"
+    );
+    let (_, _, page) = http(&server, "GET", "/ui/topics/orders", "").await;
+    assert!(page.contains("<td>CANCELLED</td>"), "{page}");
+}

@@ -170,7 +170,31 @@ impl ArchivedPublish {
     }
 }
 
+/// A topic's archive as operators see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArchiveView {
+    /// The queue holding it.
+    pub queue: QueueName,
+    /// How long it keeps a publish.
+    pub retention_days: i64,
+    /// Since when it holds publishes.
+    pub since: Timestamp,
+}
+
 impl Engine {
+    /// Topic `name`'s archive, if it keeps one.
+    pub async fn topic_archive(
+        &self,
+        name: &TopicName,
+    ) -> Result<Option<ArchiveView>, EngineError> {
+        let (definition, _) = self.topic_definition(name).await?;
+        Ok(definition.archive.map(|archive| ArchiveView {
+            queue: archive.queue(),
+            retention_days: archive.retention_days,
+            since: archive.since,
+        }))
+    }
+
     /// The archive a new topic's `ArchivePolicy` asks for, its queue
     /// created: a topic is never stored with an archive that has no queue.
     pub(crate) async fn prepare_archive(

@@ -30,8 +30,8 @@ mod push;
 mod replay;
 
 pub use archive::{
-    ARCHIVE_POLICY, ARCHIVE_QUEUE_PREFIX, BEGINNING_ARCHIVE_TIME, MAX_ARCHIVE_RETENTION_DAYS,
-    is_archive_queue,
+    ARCHIVE_POLICY, ARCHIVE_QUEUE_PREFIX, ArchiveView, BEGINNING_ARCHIVE_TIME,
+    MAX_ARCHIVE_RETENTION_DAYS, is_archive_queue,
 };
 use archive::{ArchiveDefinition, parse_archive_policy};
 pub use publish::{PublishEntry, Published};

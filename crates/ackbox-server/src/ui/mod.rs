@@ -25,7 +25,7 @@ use crate::auth::Caller;
 
 mod topics;
 
-pub(crate) use topics::{topic, topics};
+pub(crate) use topics::{cancel_replay, replay, topic, topics};
 
 /// Escapes text for HTML element content and attribute values.
 fn escape(text: &str) -> String {
@@ -133,6 +133,20 @@ pub(crate) struct Notice {
     error: Option<String>,
 }
 
+impl Notice {
+    /// The notice and the error, as the page shows them above its content.
+    fn render(&self) -> String {
+        let mut html = String::new();
+        if let Some(text) = &self.notice {
+            let _ = write!(html, "<p class=\"notice\">{}</p>", escape(text));
+        }
+        if let Some(text) = &self.error {
+            let _ = write!(html, "<p class=\"notice error\">{}</p>", escape(text));
+        }
+        html
+    }
+}
+
 /// `GET /ui/queues/{name}`: one queue; for a dead-letter queue, its
 /// failures, its messages and its redrives.
 pub(crate) async fn queue(
@@ -156,13 +170,7 @@ pub(crate) async fn queue(
         Err(error) => return error_page(StatusCode::NOT_FOUND, &error.to_string()),
     };
     let depth = engine.queue_depth(&name).await.ok();
-    let mut body = String::new();
-    if let Some(text) = &notice.notice {
-        let _ = write!(body, "<p class=\"notice\">{}</p>", escape(text));
-    }
-    if let Some(text) = &notice.error {
-        let _ = write!(body, "<p class=\"notice error\">{}</p>", escape(text));
-    }
+    let mut body = notice.render();
     if let Some(depth) = &depth {
         let _ = write!(
             body,
@@ -342,10 +350,15 @@ pub(crate) struct RedriveForm {
 }
 
 fn back(name: &QueueName, key: &str, message: &str) -> Response {
+    back_to(&format!("/ui/queues/{}", name.as_str()), key, message)
+}
+
+/// Back to the dashboard page `path`, with a notice or an error to show.
+fn back_to(path: &str, key: &str, message: &str) -> Response {
     let mut query = BTreeMap::new();
     query.insert(key, message);
     let encoded = serde_urlencoded::to_string(query).unwrap_or_default();
-    Redirect::to(&format!("/ui/queues/{}?{encoded}", name.as_str())).into_response()
+    Redirect::to(&format!("{path}?{encoded}")).into_response()
 }
 
 /// Why a form was not acted on.
@@ -353,6 +366,7 @@ enum Refusal {
     ReadOnly,
     CrossSite,
     NoSuchQueue,
+    NoSuchTopic,
     /// The key lacks this permission, or the queue is outside its patterns.
     Denied(&'static str),
 }
@@ -369,20 +383,20 @@ impl IntoResponse for Refusal {
                 "Refused: the form was posted from another site. Use the dashboard itself.",
             ),
             Self::NoSuchQueue => error_page(StatusCode::NOT_FOUND, "No such queue."),
+            Self::NoSuchTopic => error_page(StatusCode::NOT_FOUND, "No such topic."),
             Self::Denied(permission) => error_page(
                 StatusCode::FORBIDDEN,
                 &format!(
-                    "Access denied: this access key may not {permission} on this queue \
-                     (see its allow_actions and allow_queues)."
+                    "Access denied: this access key may not {permission} here (see its \
+                     allow_actions, allow_queues and allow_topics)."
                 ),
             ),
         }
     }
 }
 
-/// The queue a form acts on, if this dashboard may act at all. A browser
-/// names the site a form came from in `Origin`; a form posted from another
-/// site (a page trying to purge your queues) is refused.
+/// The queue a form acts on, if this dashboard may act at all
+/// ([`form_allowed`]) and the caller on that queue.
 fn target(
     state: &AppState,
     caller: &Caller,
@@ -390,6 +404,20 @@ fn target(
     headers: &HeaderMap,
     name: &str,
 ) -> Result<QueueName, Refusal> {
+    form_allowed(state, headers)?;
+    let name = name
+        .parse::<QueueName>()
+        .map_err(|_| Refusal::NoSuchQueue)?;
+    if !caller.may_use_queue(name.as_str()) || !caller.may_perform(permission) {
+        return Err(Refusal::Denied(permission));
+    }
+    Ok(name)
+}
+
+/// Whether this dashboard acts on forms at all, and on this one. A browser
+/// names the site a form came from in `Origin`; a form posted from another
+/// site (a page trying to purge your queues) is refused.
+fn form_allowed(state: &AppState, headers: &HeaderMap) -> Result<(), Refusal> {
     if state.ui_read_only {
         return Err(Refusal::ReadOnly);
     }
@@ -406,13 +434,7 @@ fn target(
             return Err(Refusal::CrossSite);
         }
     }
-    let name = name
-        .parse::<QueueName>()
-        .map_err(|_| Refusal::NoSuchQueue)?;
-    if !caller.may_use_queue(name.as_str()) || !caller.may_perform(permission) {
-        return Err(Refusal::Denied(permission));
-    }
-    Ok(name)
+    Ok(())
 }
 
 /// `POST /ui/queues/{name}/redrive`.

@@ -6,6 +6,8 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
+use ackbox_core::utc::parse_age;
+
 use crate::api_client::{ApiClient, EndpointArgs};
 use crate::cmd::queue::{print, shown_time};
 
@@ -78,31 +80,6 @@ enum RedriveCommand {
         /// The handle `redrive start` printed.
         handle: String,
     },
-}
-
-/// Parses an age such as `90s`, `30m`, `2h` or `1d` (bare numbers are seconds).
-pub(crate) fn parse_age(text: &str) -> Result<u32, String> {
-    let (digits, unit) = match text.char_indices().find(|(_, ch)| !ch.is_ascii_digit()) {
-        Some((split, _)) => text.split_at(split),
-        None => (text, "s"),
-    };
-    let amount: u32 = digits
-        .parse()
-        .map_err(|_| format!("expected an age like 30m or 2h; got {text:?}"))?;
-    let unit_seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
-        other => {
-            return Err(format!(
-                "unknown age unit {other:?} in {text:?}; use s, m, h or d"
-            ));
-        }
-    };
-    amount
-        .checked_mul(unit_seconds)
-        .ok_or_else(|| format!("age {text:?} is too large"))
 }
 
 pub(crate) async fn queue_arn(client: &ApiClient, name: &str) -> anyhow::Result<String> {
@@ -342,19 +319,4 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ages_read_like_people_write_them() {
-        assert_eq!(parse_age("90"), Ok(90));
-        assert_eq!(parse_age("30m"), Ok(1_800));
-        assert_eq!(parse_age("2h"), Ok(7_200));
-        assert_eq!(parse_age("1d"), Ok(86_400));
-        assert!(parse_age("5w").is_err());
-        assert!(parse_age("soon").is_err());
-    }
 }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::api_client::{ApiClient, EndpointArgs};
 use crate::cmd::queue::{print, shown_time};
-use crate::cmd::redrive::{parse_age, queue_arn};
+use crate::cmd::redrive::queue_arn;
 
 /// Flags of `ackbox replay`.
 #[derive(Debug, clap::Args)]
@@ -92,11 +92,13 @@ fn parse_point(text: &str) -> Result<Point, String> {
     if let Some(millis) = ackbox_core::utc::parse_rfc3339(text) {
         return Ok(Point::At(millis));
     }
-    parse_age(text).map(Point::Ago).map_err(|_| {
-        format!(
-            "expected an RFC 3339 time (2026-12-07T10:00:00Z) or an age (30m, 2h); got {text:?}"
-        )
-    })
+    ackbox_core::utc::parse_age(text)
+        .map(Point::Ago)
+        .map_err(|_| {
+            format!(
+                "expected an RFC 3339 time (2026-12-07T10:00:00Z) or an age (30m, 2h); got {text:?}"
+            )
+        })
 }
 
 /// The ARN of topic `topic` (a name, or already an ARN).
