@@ -467,6 +467,40 @@ def sns_scenario():
         "sns get_topic_attributes",
         sns.get_topic_attributes(TopicArn=topic)["Attributes"]["SubscriptionsConfirmed"] == "2",
     )
+    # Archive and replay as SNS does them (SNS: FIFO topics only; ackbox
+    # archives standard topics too).
+    sns.set_topic_attributes(
+        TopicArn=topic,
+        AttributeName="ArchivePolicy",
+        AttributeValue=json.dumps({"MessageRetentionPeriod": "1"}),
+    )
+    archived = sns.get_topic_attributes(TopicArn=topic)["Attributes"]
+    step("sns set_topic_attributes ArchivePolicy", "BeginningArchiveTime" in archived, archived)
+    sns.publish(
+        TopicArn=topic,
+        Message="archived card",
+        MessageAttributes={"kind": {"DataType": "String", "StringValue": "card"}},
+    )
+    first = [message["Body"] for message in receive_all(sqs, raw_url, 1)]
+    step("sns an archived publish is delivered", first == ["archived card"], first)
+    sns.set_subscription_attributes(
+        SubscriptionArn=raw,
+        AttributeName="ReplayPolicy",
+        AttributeValue=json.dumps({"PointType": "Timestamp", "StartingPoint": "2000-01-01T00:00:00.000Z"}),
+    )
+    status = None
+    for _ in range(100):
+        status = sns.get_subscription_attributes(SubscriptionArn=raw)["Attributes"].get("ReplayStatus")
+        if status == "Completed":
+            break
+        time.sleep(0.1)
+    step("sns ReplayPolicy replays to the subscription", status == "Completed", status)
+    replayed = receive_all(sqs, raw_url, 1, MessageAttributeNames=["All"])
+    marks = [
+        (message["Body"], message.get("MessageAttributes", {}).get("ackbox.replay", {}).get("StringValue"))
+        for message in replayed
+    ]
+    step("sns a replayed copy is the archived publish, marked", marks == [("archived card", "true")], marks)
     sns.unsubscribe(SubscriptionArn=raw)
     sns.delete_topic(TopicArn=topic)
     try:
@@ -520,6 +554,26 @@ def awscli_sns_scenario():
     )
     tags = aws_sns("list-tags-for-resource", "--resource-arn", topic).get("Tags", [])
     step("aws sns list-tags-for-resource", tags == [{"Key": "team", "Value": "payments"}], tags)
+    step(
+        "aws sns set-topic-attributes ArchivePolicy",
+        aws_sns(
+            "set-topic-attributes", "--topic-arn", topic,
+            "--attribute-name", "ArchivePolicy", "--attribute-value", '{"MessageRetentionPeriod":"2"}',
+        ) == {},
+    )
+    aws_sns("publish", "--topic-arn", topic, "--message", "archived from the cli")
+    aws("receive-message", "--queue-url", url, "--wait-time-seconds", "1")
+    step(
+        "aws sns set-subscription-attributes ReplayPolicy",
+        aws_sns(
+            "set-subscription-attributes", "--subscription-arn", subscription,
+            "--attribute-name", "ReplayPolicy",
+            "--attribute-value", '{"PointType":"Timestamp","StartingPoint":"2000-01-01T00:00:00Z"}',
+        ) == {},
+    )
+    replayed = aws("receive-message", "--queue-url", url, "--wait-time-seconds", "5")
+    bodies = [message["Body"] for message in replayed.get("Messages", [])]
+    step("aws sns a replay delivers the archived publish again", bodies == ["archived from the cli"], replayed)
     step("aws sns unsubscribe", aws_sns("unsubscribe", "--subscription-arn", subscription) == {})
     step("aws sns delete-topic", aws_sns("delete-topic", "--topic-arn", topic) == {})
     missing = aws_sns("get-topic-attributes", "--topic-arn", topic)

@@ -62,7 +62,7 @@ const LEASE_MILLIS: i64 = 30_000;
 /// by one inside it (two nodes' clocks): the replay reads that far on.
 const CLOCK_SLACK_MILLIS: i64 = 5_000;
 /// Ended replays a topic keeps for its audit log.
-const KEPT_ENDED: usize = 50;
+const KEPT_ENDED: usize = 20;
 
 const RUNNING: &str = "RUNNING";
 const COMPLETED: &str = "COMPLETED";
