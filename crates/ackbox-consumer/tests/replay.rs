@@ -405,15 +405,7 @@ where
     backend.create_read_model().await;
     backend.effect_store().migrate().await.unwrap();
     let effects = Effects::new(backend.effect_records().await);
-    let topic = sns
-        .create_topic()
-        .name("order-events")
-        .attributes("ArchivePolicy", r#"{"MessageRetentionPeriod":"14"}"#)
-        .send()
-        .await
-        .unwrap()
-        .topic_arn
-        .unwrap();
+    let topic = ackbox_testkit::client::archived_topic(&sns, "order-events", 14, &[]).await;
     let subscription = sns
         .subscribe()
         .topic_arn(&topic)

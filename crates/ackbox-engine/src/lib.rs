@@ -48,6 +48,7 @@ pub mod error;
 mod follower;
 mod lease;
 pub mod nack;
+mod pace;
 pub mod queue;
 mod reaper;
 pub mod receive;

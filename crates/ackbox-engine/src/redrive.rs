@@ -8,22 +8,18 @@
 //! is lost. Only messages already in the dead-letter queue when the task
 //! started move.
 
-use std::time::Duration;
-
 use ackbox_core::clock::Timestamp;
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_core::limits::{MAX_LIST_MOVE_TASKS, MAX_MOVE_TASK_RATE};
 
 use crate::engine::Engine;
 use crate::error::EngineError;
+use crate::pace::{Pace, TICK};
 use crate::store::{
     MoveDestination, MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter,
     MoveTaskRecord, MoveTaskStepParams,
 };
 
-/// How often a runner moves a slice; the rate is spread over the ticks.
-const TICK: Duration = Duration::from_millis(100);
-const TICKS_PER_SECOND: i64 = 10;
 /// Most tasks one history call returns.
 const MAX_MOVE_TASK_HISTORY: i32 = 1_000;
 /// The rate when the caller names none (the highest SQS allows).
@@ -377,22 +373,18 @@ impl Engine {
         let engine = self.clone();
         let shutdown = self.inner.shutdown.clone();
         self.inner.tasks.spawn(async move {
-            // Credit accrues in tenths of a message per tick, so a rate such
-            // as 15/s averages 15/s instead of rounding to whole slices.
             let rate = record.rate.unwrap_or(DEFAULT_RATE);
-            let mut credit = 0i64;
+            let mut pace = Pace::new();
             let mut ticker = tokio::time::interval(TICK);
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => break,
                     _ = ticker.tick() => {}
                 }
-                credit += rate;
-                let limit = credit / TICKS_PER_SECOND;
+                let limit = pace.slice(rate);
                 if limit == 0 {
                     continue;
                 }
-                credit -= limit * TICKS_PER_SECOND;
                 match engine.move_step(&record, limit).await {
                     Ok(true) => break,
                     Ok(false) => {}

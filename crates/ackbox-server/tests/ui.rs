@@ -389,33 +389,15 @@ async fn topics_show_each_subscription_its_state_and_a_push_backlog() {
 #[tokio::test]
 async fn a_topics_archive_is_replayed_watched_and_cancelled_from_the_dashboard() {
     let server = TestServer::builder().start().await;
-    let (sqs, sns) = (server.client(), server.sns_client());
+    let sqs = server.client();
     let rebuild = create_queue(&sqs, "rebuild").await;
-    let topic = sns
-        .create_topic()
-        .name("orders")
-        .attributes("ArchivePolicy", r#"{"MessageRetentionPeriod":"2"}"#)
-        .send()
-        .await
-        .unwrap()
-        .topic_arn
-        .unwrap();
-    for (body, kind) in [("o-1", "placed"), ("o-2", "cancelled"), ("o-3", "placed")] {
-        sns.publish()
-            .topic_arn(&topic)
-            .message(body)
-            .message_attributes(
-                "kind",
-                aws_sdk_sns::types::MessageAttributeValue::builder()
-                    .data_type("String")
-                    .string_value(kind)
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .unwrap();
-    }
+    ackbox_testkit::client::archived_topic(
+        &server.sns_client(),
+        "orders",
+        2,
+        &[("o-1", "placed"), ("o-2", "cancelled"), ("o-3", "placed")],
+    )
+    .await;
     let (status, _, page) = http(&server, "GET", "/ui/topics/orders", "").await;
     assert_eq!(status, 200);
     assert!(

@@ -60,6 +60,49 @@ pub fn sns_client_with_key(
     aws_sdk_sns::Client::from_conf(config)
 }
 
+/// Creates topic `name` keeping an archive of its publishes for `days`
+/// days, then publishes each `(message, kind)` with a `kind` string
+/// attribute (what replay filters pick by); the topic's ARN.
+///
+/// # Panics
+/// When a call fails: the test cannot go on.
+pub async fn archived_topic(
+    sns: &aws_sdk_sns::Client,
+    name: &str,
+    days: u32,
+    publishes: &[(&str, &str)],
+) -> String {
+    let topic = sns
+        .create_topic()
+        .name(name)
+        .attributes(
+            "ArchivePolicy",
+            format!(r#"{{"MessageRetentionPeriod":"{days}"}}"#),
+        )
+        .send()
+        .await
+        .expect("CreateTopic with an ArchivePolicy")
+        .topic_arn
+        .expect("a topic ARN");
+    for (message, kind) in publishes {
+        sns.publish()
+            .topic_arn(&topic)
+            .message(*message)
+            .message_attributes(
+                "kind",
+                aws_sdk_sns::types::MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(*kind)
+                    .build()
+                    .expect("a string attribute"),
+            )
+            .send()
+            .await
+            .expect("Publish");
+    }
+    topic
+}
+
 /// An `aws-sdk-sqs` client for an `https://` endpoint that trusts only the
 /// certificate authority `authority_pem`.
 pub fn https_sqs_client(

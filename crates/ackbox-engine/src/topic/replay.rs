@@ -20,8 +20,6 @@
 //! a deduplication id derived from the replay and the publish, so the queue
 //! drops the repeat.
 
-use std::time::Duration;
-
 use ackbox_core::clock::Timestamp;
 use ackbox_core::digest::content_deduplication_id;
 use ackbox_core::error::{ErrorCode, SqsError};
@@ -38,6 +36,7 @@ use super::push::{delivery_queue, is_push};
 use super::{SubscriptionDefinition, TopicDefinition, validate_endpoint_kind};
 use crate::engine::Engine;
 use crate::error::EngineError;
+use crate::pace::{Pace, TICK};
 use crate::store::{MessageInsertParams, MessagePeekParams};
 
 /// The attribute that marks a replayed copy.
@@ -51,9 +50,6 @@ pub const REPLAY_POLICY: &str = "ReplayPolicy";
 /// The read-only subscription attribute with its latest replay's status.
 pub const REPLAY_STATUS: &str = "ReplayStatus";
 
-/// How often a runner delivers a slice; the rate is spread over the ticks.
-const TICK: Duration = Duration::from_millis(100);
-const TICKS_PER_SECOND: i64 = 10;
 /// Most archived publishes one slice reads (delivered or passed over).
 const PAGE: u32 = 1_000;
 /// How long a runner's hold on a replay lasts without a slice renewing it.
@@ -603,14 +599,14 @@ impl Engine {
         let engine = self.clone();
         let shutdown = self.inner.shutdown.clone();
         self.inner.tasks.spawn(async move {
-            let mut credit = 0i64;
+            let mut pace = Pace::new();
             let mut ticker = tokio::time::interval(TICK);
             loop {
                 tokio::select! {
                     () = shutdown.cancelled() => break,
                     _ = ticker.tick() => {}
                 }
-                match engine.replay_step(&topic, &handle, &mut credit).await {
+                match engine.replay_step(&topic, &handle, &mut pace).await {
                     Ok(true) => break,
                     Ok(false) => {}
                     Err(error) => {
@@ -633,7 +629,7 @@ impl Engine {
         &self,
         topic: &TopicName,
         handle: &str,
-        credit: &mut i64,
+        pace: &mut Pace,
     ) -> Result<bool, EngineError> {
         let me = self.inner.runner_id.clone();
         let now = self.now();
@@ -674,12 +670,10 @@ impl Engine {
                 return Ok(true);
             }
         }
-        *credit += task.rate.unwrap_or(i64::from(MAX_MOVE_TASK_RATE));
-        let limit = *credit / TICKS_PER_SECOND;
+        let limit = pace.slice(task.rate.unwrap_or(i64::from(MAX_MOVE_TASK_RATE)));
         if limit == 0 {
             return Ok(false);
         }
-        *credit -= limit * TICKS_PER_SECOND;
         let slice = self.replay_slice(topic, &definition, task, limit).await?;
         let finished = self
             .change_topic(topic, |definition| {

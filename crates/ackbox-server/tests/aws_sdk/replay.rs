@@ -9,7 +9,7 @@ use ackbox_testkit::client::call_json;
 use aws_sdk_sns::types::MessageAttributeValue as SnsAttribute;
 use serde_json::{Value, json};
 
-use super::topics::create_topic;
+use super::topics::{create_topic, take_all};
 use super::*;
 
 const MINUTE: i64 = 60_000;
@@ -24,26 +24,6 @@ fn kind(value: &str) -> SnsAttribute {
         .string_value(value)
         .build()
         .unwrap()
-}
-
-/// Every message in the queue, leased for a minute, with its attributes.
-async fn drain(client: &aws_sdk_sqs::Client, url: &str) -> Vec<aws_sdk_sqs::types::Message> {
-    let mut messages = Vec::new();
-    loop {
-        let received = client
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .visibility_timeout(60)
-            .message_attribute_names("All")
-            .send()
-            .await
-            .unwrap();
-        if received.messages().is_empty() {
-            return messages;
-        }
-        messages.extend(received.messages().iter().cloned());
-    }
 }
 
 /// Every message of a FIFO queue with its group, in the order received,
@@ -135,15 +115,7 @@ async fn ended(server: &TestServer, topic: &str, handle: &str) -> Value {
 async fn an_archived_time_range_replays_into_a_queue_as_first_delivered_and_marked() {
     let (server, clock) = manual_server().await;
     let (sqs, sns) = (server.client(), server.sns_client());
-    let topic = sns
-        .create_topic()
-        .name("orders")
-        .attributes("ArchivePolicy", r#"{"MessageRetentionPeriod":"7"}"#)
-        .send()
-        .await
-        .unwrap()
-        .topic_arn
-        .unwrap();
+    let topic = ackbox_testkit::client::archived_topic(&sns, "orders", 7, &[]).await;
     let attributes = sns
         .get_topic_attributes()
         .topic_arn(&topic)
@@ -182,7 +154,7 @@ async fn an_archived_time_range_replays_into_a_queue_as_first_delivered_and_mark
             .unwrap();
         clock.advance_secs(60);
     }
-    let first: BTreeMap<String, Value> = drain(&sqs, &live)
+    let first: BTreeMap<String, Value> = take_all(&sqs, &live)
         .await
         .iter()
         .map(|message| {
@@ -232,7 +204,7 @@ async fn an_archived_time_range_replays_into_a_queue_as_first_delivered_and_mark
     assert_eq!(report["ApproximateNumberOfMessagesReplayed"], 2);
     assert_eq!(report["ApproximateNumberOfMessagesSkipped"], 2);
     assert_eq!(report["RequestedBy"], "anonymous");
-    let mut replayed = drain(&sqs, &rebuild).await;
+    let mut replayed = take_all(&sqs, &rebuild).await;
     replayed.sort_by_key(|message| envelope(message)["Message"].as_str().unwrap().to_owned());
     let bodies: Vec<_> = replayed
         .iter()
@@ -272,7 +244,7 @@ async fn an_archived_time_range_replays_into_a_queue_as_first_delivered_and_mark
     assert_eq!(status, 200, "{started}");
     let handle = started["Replay"]["TaskHandle"].as_str().unwrap().to_owned();
     assert_eq!(ended(&server, &topic, &handle).await["Status"], "COMPLETED");
-    let mut raw_copies = drain(&sqs, &raw).await;
+    let mut raw_copies = take_all(&sqs, &raw).await;
     raw_copies.sort_by_key(|message| message.body().unwrap().to_owned());
     assert_eq!(
         raw_copies
@@ -292,7 +264,7 @@ async fn an_archived_time_range_replays_into_a_queue_as_first_delivered_and_mark
         Some("true")
     );
     assert_eq!(
-        drain(&sqs, &live).await.len(),
+        take_all(&sqs, &live).await.len(),
         0,
         "the subscriber got nothing again"
     );

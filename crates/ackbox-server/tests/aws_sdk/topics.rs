@@ -53,7 +53,10 @@ async fn subscribe(sns: &aws_sdk_sns::Client, topic: &str, name: &str, raw: bool
 }
 
 /// Every message visible in the queue, leased for a minute.
-async fn take_all(client: &aws_sdk_sqs::Client, url: &str) -> Vec<aws_sdk_sqs::types::Message> {
+pub(super) async fn take_all(
+    client: &aws_sdk_sqs::Client,
+    url: &str,
+) -> Vec<aws_sdk_sqs::types::Message> {
     let mut messages = Vec::new();
     loop {
         let received = client

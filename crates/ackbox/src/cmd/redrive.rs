@@ -162,10 +162,16 @@ async fn follow(client: &ApiClient, source_arn: &str, json_output: bool) -> anyh
         }
         text
     })?;
+    ended_well(&task, "move task", &["COMPLETED", "PAUSED"])
+}
+
+/// Success when a followed task (`what`) ended in one of `successes`; an
+/// error naming how it ended otherwise, so a script sees the exit code.
+pub(crate) fn ended_well(task: &Value, what: &str, successes: &[&str]) -> anyhow::Result<()> {
     match task["Status"].as_str() {
-        Some("COMPLETED" | "PAUSED") => Ok(()),
+        Some(status) if successes.contains(&status) => Ok(()),
         other => anyhow::bail!(
-            "the move task ended {}",
+            "the {what} ended {}",
             other.unwrap_or("in an unknown state")
         ),
     }

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::api_client::{ApiClient, EndpointArgs};
 use crate::cmd::queue::{print, shown_time};
-use crate::cmd::redrive::queue_arn;
+use crate::cmd::redrive::{ended_well, queue_arn};
 
 /// Flags of `ackbox replay`.
 #[derive(Debug, clap::Args)]
@@ -194,13 +194,7 @@ async fn follow(
     };
     bar.finish_and_clear();
     print(json_output, &replay, || describe(&replay))?;
-    match replay["Status"].as_str() {
-        Some("COMPLETED") => Ok(()),
-        other => anyhow::bail!(
-            "the replay ended {}",
-            other.unwrap_or("in an unknown state")
-        ),
-    }
+    ended_well(&replay, "replay", &["COMPLETED"])
 }
 
 /// Runs `ackbox replay …`.
