@@ -5,6 +5,28 @@
 use ackbox_core::queue_name::QueueName;
 use ackbox_core::topic_name::TopicName;
 
+/// Every per-queue counter.
+const QUEUE_COUNTERS: [&str; 8] = [
+    "ackbox_messages_sent_total",
+    "ackbox_deduplicated_sends_total",
+    "ackbox_messages_received_total",
+    "ackbox_messages_redelivered_total",
+    "ackbox_messages_deleted_total",
+    "ackbox_messages_expired_total",
+    "ackbox_messages_dead_lettered_total",
+    "ackbox_move_task_messages_moved_total",
+];
+
+/// Makes each of `queue`'s counters exist at zero, so its series are there
+/// from the moment the queue is: a rate over a series that never counted
+/// is "no data" on a dashboard and never fires an alert, where zero is
+/// zero.
+pub(crate) fn queue_known(queue: &QueueName) {
+    for name in QUEUE_COUNTERS {
+        metrics::counter!(name, "queue" => queue.to_string()).increment(0);
+    }
+}
+
 fn count(name: &'static str, queue: &QueueName, amount: u64) {
     if amount > 0 {
         metrics::counter!(name, "queue" => queue.to_string()).increment(amount);

@@ -111,6 +111,7 @@ impl Registry {
     }
 
     pub(crate) fn insert(&self, queue: Arc<Queue>) {
+        crate::counters::queue_known(&queue.name);
         self.queues
             .write()
             .expect("registry lock poisoned")
@@ -120,6 +121,7 @@ impl Registry {
     /// Inserts `queue` unless its name is already cached; returns the cached
     /// one, so every request shares one notifier per queue.
     pub(crate) fn insert_if_absent(&self, queue: Arc<Queue>) -> Arc<Queue> {
+        crate::counters::queue_known(&queue.name);
         let mut queues = self.queues.write().expect("registry lock poisoned");
         Arc::clone(queues.entry(queue.name.to_string()).or_insert(queue))
     }

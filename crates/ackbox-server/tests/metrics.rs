@@ -260,3 +260,190 @@ async fn every_series_is_described_and_documented() {
         );
     }
 }
+
+/// A queue's counters exist at zero from its creation: a rate over them is
+/// zero, not "no data", before anything happened to it.
+#[tokio::test]
+async fn a_new_queue_has_every_counter_at_zero() {
+    let server = TestServer::builder().start().await;
+    create_queue(&server.client(), "untouched").await;
+    let text = scrape(&server).await;
+    for name in [
+        "ackbox_messages_sent_total",
+        "ackbox_deduplicated_sends_total",
+        "ackbox_messages_received_total",
+        "ackbox_messages_redelivered_total",
+        "ackbox_messages_deleted_total",
+        "ackbox_messages_expired_total",
+        "ackbox_messages_dead_lettered_total",
+        "ackbox_move_task_messages_moved_total",
+    ] {
+        assert_eq!(
+            sample(&text, name, &["queue=\"untouched\""]),
+            Some(0.0),
+            "{name} of a new queue"
+        );
+    }
+}
+
+/// The `ackbox_` series an expression reads, histogram suffixes dropped.
+fn series_in(expression: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = expression;
+    while let Some(start) = rest.find("ackbox_") {
+        let tail = &rest[start..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        let family = ["_bucket", "_count", "_sum"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(name);
+        names.push(family.to_owned());
+        rest = &tail[end..];
+    }
+    names
+}
+
+fn documented_series() -> String {
+    std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/operations.md"
+    ))
+    .unwrap()
+}
+
+/// `deploy/alerts.yml` read rule by rule (`- alert:` starts one): each has
+/// an expression over documented series only, a `page` or `ticket`
+/// severity and a summary; a server down, dead-lettering now, a slow fsync
+/// and a full disk are alerted on, and dead letters that only sit there
+/// make a ticket, never a page.
+#[test]
+fn the_alert_rules_read_documented_series_and_page_only_for_what_is_urgent() {
+    let documented = documented_series();
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/alerts.yml"
+    ))
+    .unwrap();
+    let mut rules: Vec<(String, String)> = Vec::new();
+    for line in text.lines() {
+        if let Some(name) = line.trim_start().strip_prefix("- alert: ") {
+            rules.push((name.trim().to_owned(), String::new()));
+        } else if let Some((_, body)) = rules.last_mut() {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    assert!(rules.len() >= 8, "{rules:?}");
+    let mut severities = std::collections::BTreeMap::new();
+    for (name, body) in &rules {
+        let severity = if body.contains("severity: page") {
+            "page"
+        } else if body.contains("severity: ticket") {
+            "ticket"
+        } else {
+            panic!("{name} has no page or ticket severity: {body}")
+        };
+        assert!(body.contains("expr:"), "{name} has no expression");
+        assert!(body.contains("summary:"), "{name} has no summary");
+        for series in series_in(body.split("annotations:").next().unwrap()) {
+            assert!(
+                documented.contains(&format!("`{series}`")),
+                "{name} reads {series}, which the broker does not export (docs/operations.md)"
+            );
+        }
+        severities.insert(name.as_str(), (severity, body.as_str()));
+    }
+    let rule = |name: &str| {
+        *severities
+            .get(name)
+            .unwrap_or_else(|| panic!("no {name} alert"))
+    };
+    assert_eq!(rule("AckboxDown").0, "page");
+    assert!(rule("AckboxDown").1.contains("up{job=\"ackbox\"} == 0"));
+    let (severity, body) = rule("AckboxDeadLettering");
+    assert_eq!(severity, "page");
+    assert!(
+        body.contains("increase(ackbox_messages_dead_lettered_total"),
+        "{body}"
+    );
+    assert!(
+        rule("AckboxFsyncSlow")
+            .1
+            .contains("ackbox_store_fsync_seconds_bucket")
+    );
+    assert_eq!(rule("AckboxDiskFull").0, "page");
+    for (name, (severity, body)) in &severities {
+        if body.contains("ackbox_dead_letter_queue_messages") {
+            assert_eq!(
+                *severity, "ticket",
+                "{name}: messages sitting in a dead-letter queue are not an emergency"
+            );
+        }
+    }
+}
+
+/// `deploy/grafana-dashboard.json`: instance and queue variables every
+/// per-queue panel follows, panels for dead-letter inflow and redrives,
+/// and documented series only.
+#[test]
+fn the_grafana_dashboard_filters_by_instance_and_queue_and_reads_documented_series() {
+    let documented = documented_series();
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/grafana-dashboard.json"
+        ))
+        .unwrap(),
+    )
+    .expect("the dashboard is JSON");
+    let variables: Vec<&str> = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|variable| variable["name"].as_str())
+        .collect();
+    for wanted in ["datasource", "instance", "queue"] {
+        assert!(
+            variables.contains(&wanted),
+            "no ${wanted} variable: {variables:?}"
+        );
+    }
+    let panels = dashboard["panels"].as_array().unwrap();
+    let titles: Vec<&str> = panels
+        .iter()
+        .filter_map(|panel| panel["title"].as_str())
+        .collect();
+    for wanted in ["Dead-letter inflow", "Redrive"] {
+        assert!(
+            titles.iter().any(|title| title.starts_with(wanted)),
+            "no {wanted} panel: {titles:?}"
+        );
+    }
+    for panel in panels {
+        for target in panel["targets"].as_array().unwrap() {
+            let expression = target["expr"].as_str().unwrap();
+            for series in series_in(expression) {
+                assert!(
+                    documented.contains(&format!("`{series}`")),
+                    "panel {} reads {series}, which the broker does not export",
+                    panel["title"]
+                );
+                let per_queue = documented
+                    .lines()
+                    .find(|line| line.contains(&format!("`{series}`")))
+                    .and_then(|line| line.split('|').nth(3))
+                    .is_some_and(|labels| labels.contains("queue"));
+                if per_queue {
+                    assert!(
+                        expression.contains("queue=~\"$queue\""),
+                        "panel {} ignores the queue variable: {expression}",
+                        panel["title"]
+                    );
+                }
+            }
+        }
+    }
+}
