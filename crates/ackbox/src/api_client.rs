@@ -146,7 +146,13 @@ impl ApiClient {
                 .headers_mut()
                 .insert("authorization", HeaderValue::from_str(&authorization)?);
         }
-        let response = self.http.request(request).await?;
+        let response = self.http.request(request).await.with_context(|| {
+            format!(
+                "cannot reach the broker at {} (is `ackbox serve` running there? set --endpoint \
+                 or ACKBOX_ENDPOINT)",
+                self.endpoint
+            )
+        })?;
         let status = response.status();
         let body = response.into_body().collect().await?.to_bytes();
         Ok((status, body))
@@ -228,8 +234,10 @@ fn target(action: &str) -> String {
     }
 }
 
-/// Flags shared by every command that talks to a broker.
+/// Flags shared by every command that talks to a broker, listed apart from
+/// each command's own in `--help`.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Connection")]
 pub(crate) struct EndpointArgs {
     /// The broker's URL.
     #[arg(

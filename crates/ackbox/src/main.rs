@@ -45,7 +45,7 @@ enum Command {
     Receive(cmd::receive::Args),
     /// Look into a dead-letter queue: peek, summary by failure class.
     Dlq(cmd::dlq::Args),
-    /// Move dead-lettered messages back: start, status, cancel.
+    /// Move dead-lettered messages back: start (or dry-run), status, history, resume, cancel.
     Redrive(cmd::redrive::Args),
     /// Deliver a topic's archived publishes again: start, list, cancel.
     Replay(cmd::replay::Args),
@@ -76,14 +76,19 @@ fn main() -> std::process::ExitCode {
     } else {
         "warn"
     };
-    init_tracing(cli.log_format, default_level);
+    let log_format = cli.log_format;
+    init_tracing(log_format, default_level);
     match run(cli.command) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         // The reader of the answer stopped early (`| head -1`): it has what
         // it wanted, as with any Unix tool.
         Err(error) if reader_gone(&error) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // A log collector reading JSON lines gets the reason as one.
+            match log_format {
+                LogFormat::Human => eprintln!("error: {error:#}"),
+                LogFormat::Json => tracing::error!(error = %format!("{error:#}"), "ackbox stopped"),
+            }
             std::process::ExitCode::FAILURE
         }
     }

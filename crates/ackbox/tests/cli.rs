@@ -85,6 +85,14 @@ fn queue_send_receive_and_stats_round_trip() {
     assert_eq!(stats["ApproximateNumberOfMessages"], "1");
     assert_eq!(stats["VisibilityTimeout"], "7");
 
+    let shown = ok_stdout(ackbox(
+        &endpoint,
+        &["receive", "cli-q", "--keep", "--visibility", "0"],
+    ));
+    assert!(
+        shown.contains("\tkind=greeting\t") && shown.trim_end().ends_with("hello from the cli"),
+        "receive shows the attributes: {shown}"
+    );
     let received: Value = serde_json::from_str(&ok_stdout(ackbox(
         &endpoint,
         &["receive", "cli-q", "--max", "10", "--json"],
@@ -112,7 +120,12 @@ fn queue_send_receive_and_stats_round_trip() {
     let listed: Value =
         serde_json::from_str(&ok_stdout(ackbox(&endpoint, &["queue", "list", "--json"]))).unwrap();
     assert_eq!(listed["QueueUrls"].as_array().unwrap().len(), 1);
-    ok_stdout(ackbox(&endpoint, &["queue", "purge", "cli-q"]));
+    let refused = ackbox(&endpoint, &["queue", "purge", "cli-q"]);
+    assert!(
+        !refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("--yes"),
+        "a purge asks for --yes"
+    );
+    ok_stdout(ackbox(&endpoint, &["queue", "purge", "cli-q", "--yes"]));
     ok_stdout(ackbox(&endpoint, &["queue", "delete", "cli-q"]));
 
     let missing = ackbox(&endpoint, &["send", "cli-q", "x"]);
@@ -123,6 +136,81 @@ fn queue_send_receive_and_stats_round_trip() {
     assert!(String::from_utf8_lossy(&bad_name.stderr).contains("QueueName"));
     let bad_flag = ackbox(&endpoint, &["receive", "x", "--max", "many"]);
     assert!(!bad_flag.status.success());
+    // Limits are the flag's, named as the flag.
+    let too_many = ackbox(&endpoint, &["receive", "x", "--max", "11"]);
+    let stderr = String::from_utf8_lossy(&too_many.stderr);
+    assert!(
+        !too_many.status.success() && stderr.contains("--max") && stderr.contains("1..=10"),
+        "{stderr}"
+    );
+    // A broker that is not there is named.
+    let nobody = ackbox(
+        &format!("http://127.0.0.1:{}", free_port()),
+        &["queue", "list"],
+    );
+    let stderr = String::from_utf8_lossy(&nobody.stderr);
+    assert!(
+        !nobody.status.success() && stderr.contains("cannot reach the broker at http://127.0.0.1:"),
+        "{stderr}"
+    );
+}
+
+/// `queue create --dlq` makes the dead-letter queue (of the queue's kind)
+/// and the redrive policy in one command; `queue list` shows each queue's
+/// counts.
+#[test]
+fn queue_create_makes_its_dead_letter_queue_and_list_shows_counts() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), free_port(), &[]);
+    let endpoint = server.url();
+    ok_stdout(ackbox(
+        &endpoint,
+        &[
+            "queue",
+            "create",
+            "work",
+            "--dlq",
+            "work-dlq",
+            "--max-receive",
+            "3",
+        ],
+    ));
+    let stats: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["queue", "stats", "work", "--json"],
+    )))
+    .unwrap();
+    let policy: Value = serde_json::from_str(stats["RedrivePolicy"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        policy,
+        serde_json::json!({
+            "deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:work-dlq",
+            "maxReceiveCount": 3
+        })
+    );
+    ok_stdout(ackbox(
+        &endpoint,
+        &["queue", "create", "events.fifo", "--dlq", "events-dlq.fifo"],
+    ));
+    let dlq: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["queue", "stats", "events-dlq.fifo", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(dlq["FifoQueue"], "true");
+    for body in ["a", "b"] {
+        ok_stdout(ackbox(&endpoint, &["send", "work", body]));
+    }
+    let listed = ok_stdout(ackbox(&endpoint, &["queue", "list"]));
+    let work = listed
+        .lines()
+        .find(|line| line.starts_with("work "))
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert!(
+        work.contains("2 visible") && work.contains("0 in flight"),
+        "{listed}"
+    );
+    assert_eq!(listed.lines().count(), 4, "{listed}");
 }
 
 #[test]
@@ -699,6 +787,83 @@ fn config_file_predefines_queues_idempotently() {
     );
 }
 
+/// A configuration file as people write it: a `RedrivePolicy` as a TOML
+/// table, a `.fifo` queue without `FifoQueue`; and one with a mistake in
+/// its last queue creates none of them and says which queue and why — as
+/// a JSON line under `--log-format json`.
+#[test]
+fn a_config_file_takes_policies_as_tables_infers_fifo_and_is_checked_whole_first() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let config = data_dir.path().join("ackbox.toml");
+    std::fs::write(
+        &config,
+        r#"
+[[queue]]
+name = "orders-dlq"
+
+[[queue]]
+name = "orders"
+attributes = { RedrivePolicy = { deadLetterTargetArn = "arn:aws:sqs:us-east-1:000000000000:orders-dlq", maxReceiveCount = 5 } }
+
+[[queue]]
+name = "events.fifo"
+"#,
+    )
+    .unwrap();
+    let port = free_port();
+    let server = ServerProcess::start(
+        BINARY.as_ref(),
+        data_dir.path(),
+        port,
+        &["--config", config.to_str().unwrap()],
+    );
+    let orders: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &server.url(),
+        &["queue", "stats", "orders", "--json"],
+    )))
+    .unwrap();
+    let policy: Value = serde_json::from_str(orders["RedrivePolicy"].as_str().unwrap()).unwrap();
+    assert_eq!(policy["maxReceiveCount"], 5);
+    let events: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &server.url(),
+        &["queue", "stats", "events.fifo", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(events["FifoQueue"], "true");
+    drop(server);
+
+    let other = tempfile::tempdir().unwrap();
+    let bad = other.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[queue]]\nname = \"first\"\n\n[[queue]]\nname = \"second\"\nattributes = { VisibilityTimeout = 99999 }\n",
+    )
+    .unwrap();
+    let output = Command::new(BINARY)
+        .args(["serve", "--log-format", "json", "--port", "0", "--config"])
+        .arg(&bad)
+        .arg("--data-dir")
+        .arg(other.path())
+        .env("ACKBOX_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(!output.status.success(), "a bad configuration stops serve");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let last: Value = serde_json::from_str(stderr.lines().last().unwrap_or_default())
+        .unwrap_or_else(|_| panic!("the error is a JSON line: {stderr}"));
+    let error = last["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("\"second\"") && error.contains("VisibilityTimeout"),
+        "{last}"
+    );
+    let server = ServerProcess::start(BINARY.as_ref(), other.path(), free_port(), &[]);
+    assert_eq!(
+        ok_stdout(ackbox(&server.url(), &["queue", "list"])).trim(),
+        "",
+        "nothing of the bad configuration was created"
+    );
+}
+
 #[test]
 fn dead_letter_queues_can_be_inspected_and_redriven_from_the_cli() {
     let data_dir = tempfile::tempdir().unwrap();
@@ -928,32 +1093,13 @@ async fn the_cli_speaks_https_to_a_broker_it_is_told_to_trust() {
 async fn a_topic_archive_is_replayed_from_the_cli() {
     let server = ackbox_testkit::server::TestServer::builder().start().await;
     let endpoint = server.url();
-    let sns = server.sns_client();
-    let topic = sns
-        .create_topic()
-        .name("orders")
-        .attributes("ArchivePolicy", r#"{"MessageRetentionPeriod":"3"}"#)
-        .send()
-        .await
-        .unwrap()
-        .topic_arn
-        .unwrap();
-    for (body, kind) in [("o-1", "placed"), ("o-2", "cancelled"), ("o-3", "placed")] {
-        sns.publish()
-            .topic_arn(&topic)
-            .message(body)
-            .message_attributes(
-                "kind",
-                aws_sdk_sns::types::MessageAttributeValue::builder()
-                    .data_type("String")
-                    .string_value(kind)
-                    .build()
-                    .unwrap(),
-            )
-            .send()
-            .await
-            .unwrap();
-    }
+    ackbox_testkit::client::archived_topic(
+        &server.sns_client(),
+        "orders",
+        3,
+        &[("o-1", "placed"), ("o-2", "cancelled"), ("o-3", "placed")],
+    )
+    .await;
     ok_stdout(ackbox(&endpoint, &["queue", "create", "rebuild"]));
     let report = ok_stdout(ackbox(
         &endpoint,

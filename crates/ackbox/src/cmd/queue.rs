@@ -29,8 +29,15 @@ enum QueueCommand {
         /// Tag, e.g. `--tag team=payments`.
         #[arg(long = "tag", value_parser = parse_key_value)]
         tags: Vec<(String, String)>,
+        /// Also create this dead-letter queue (of the same kind) and send
+        /// messages there after `--max-receive` receives.
+        #[arg(long)]
+        dlq: Option<String>,
+        /// With `--dlq`: receives before a message is dead-lettered (1..=1000).
+        #[arg(long, default_value_t = 5, requires = "dlq")]
+        max_receive: u32,
     },
-    /// List queues.
+    /// List queues with their message counts.
     List {
         /// Only names starting with this.
         #[arg(long, default_value = "")]
@@ -41,10 +48,13 @@ enum QueueCommand {
         /// Queue name.
         name: String,
     },
-    /// Delete every message of a queue.
+    /// Delete every message of a queue (it cannot be undone: needs `--yes`).
     Purge {
         /// Queue name.
         name: String,
+        /// Yes, delete every message.
+        #[arg(long)]
+        yes: bool,
     },
     /// Delete a queue and its messages.
     Delete {
@@ -62,13 +72,45 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             name,
             attributes,
             tags,
+            dlq,
+            max_receive,
         } => {
             let mut attributes: BTreeMap<String, String> = attributes.into_iter().collect();
             // The name already says what the queue is; SQS wants both.
+            let kind = if name.ends_with(".fifo") {
+                json!({ "FifoQueue": "true" })
+            } else {
+                json!({})
+            };
             if name.ends_with(".fifo") {
                 attributes
                     .entry("FifoQueue".to_owned())
                     .or_insert_with(|| "true".to_owned());
+            }
+            if let Some(dlq) = dlq {
+                let dlq_url = client
+                    .call(
+                        "CreateQueue",
+                        &json!({ "QueueName": dlq, "Attributes": kind }),
+                    )
+                    .await?["QueueUrl"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                let dlq_arn = client
+                    .call(
+                        "GetQueueAttributes",
+                        &json!({ "QueueUrl": dlq_url, "AttributeNames": ["QueueArn"] }),
+                    )
+                    .await?["Attributes"]["QueueArn"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                attributes.insert(
+                    "RedrivePolicy".to_owned(),
+                    json!({ "deadLetterTargetArn": dlq_arn, "maxReceiveCount": max_receive })
+                        .to_string(),
+                );
             }
             let tags: BTreeMap<String, String> = tags.into_iter().collect();
             let reply = client
@@ -103,8 +145,40 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                     break;
                 }
             }
-            let reply = json!({ "QueueUrls": urls });
-            print(json_output, &reply, || urls.join("\n"))?;
+            let mut queues = Vec::with_capacity(urls.len());
+            for url in &urls {
+                let counts = client
+                    .call(
+                        "GetQueueAttributes",
+                        &json!({ "QueueUrl": url, "AttributeNames": [
+                            "ApproximateNumberOfMessages",
+                            "ApproximateNumberOfMessagesNotVisible",
+                            "ApproximateNumberOfMessagesDelayed",
+                        ] }),
+                    )
+                    .await?;
+                let mut queue = counts["Attributes"].clone();
+                queue["QueueUrl"] = json!(url);
+                queues.push(queue);
+            }
+            let reply = json!({ "QueueUrls": urls, "Queues": queues });
+            print(json_output, &reply, || {
+                queues
+                    .iter()
+                    .map(|queue| {
+                        let count = |name: &str| queue[name].as_str().unwrap_or("?").to_owned();
+                        let url = queue["QueueUrl"].as_str().unwrap_or_default();
+                        format!(
+                            "{:<40} {:>9} visible {:>9} in flight {:>7} delayed",
+                            url.rsplit('/').next().unwrap_or(url),
+                            count("ApproximateNumberOfMessages"),
+                            count("ApproximateNumberOfMessagesNotVisible"),
+                            count("ApproximateNumberOfMessagesDelayed"),
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })?;
         }
         QueueCommand::Stats { name } => {
             let url = client.queue_url(&name).await?;
@@ -124,7 +198,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                     .join("\n")
             })?;
         }
-        QueueCommand::Purge { name } => {
+        QueueCommand::Purge { name, yes } => {
+            if !yes {
+                anyhow::bail!(
+                    "purging deletes every message of {name} and cannot be undone; run it again \
+                     with --yes"
+                );
+            }
             let url = client.queue_url(&name).await?;
             client
                 .call("PurgeQueue", &json!({ "QueueUrl": url }))

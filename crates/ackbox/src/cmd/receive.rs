@@ -13,10 +13,10 @@ pub(crate) struct Args {
     /// Queue name.
     queue: String,
     /// Most messages to receive (1..=10).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=10))]
     max: i32,
     /// Long-poll wait, seconds (0..=20).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=20))]
     wait: i32,
     /// Lease length, seconds; the queue's default when absent.
     #[arg(long)]
@@ -57,8 +57,17 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         messages
             .iter()
             .map(|message| {
+                let attributes: String = message["MessageAttributes"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(name, value)| {
+                        let shown = value["StringValue"].as_str().unwrap_or("(binary)");
+                        format!("\t{name}={shown}")
+                    })
+                    .collect();
                 format!(
-                    "{}\treceives={}\t{}",
+                    "{}\treceives={}{attributes}\t{}",
                     message["MessageId"].as_str().unwrap_or_default(),
                     message["Attributes"]["ApproximateReceiveCount"]
                         .as_str()

@@ -262,21 +262,64 @@ struct QueueDefinition {
     tags: BTreeMap<String, String>,
 }
 
-fn attribute_strings(
-    attributes: &BTreeMap<String, toml::Value>,
-) -> anyhow::Result<BTreeMap<String, String>> {
-    attributes
+/// A queue's attributes as the API takes them: strings, numbers and flags
+/// as text, and a table (a `RedrivePolicy`, say) as the JSON document SQS
+/// wants — `RedrivePolicy = { deadLetterTargetArn = "…", maxReceiveCount = 5 }`.
+/// A `.fifo` name makes a FIFO queue without `FifoQueue = true`, as the CLI
+/// does.
+fn attribute_strings(queue: &QueueDefinition) -> anyhow::Result<BTreeMap<String, String>> {
+    let mut attributes = queue
+        .attributes
         .iter()
         .map(|(name, value)| {
             let text = match value {
                 toml::Value::String(text) => text.clone(),
                 toml::Value::Integer(number) => number.to_string(),
                 toml::Value::Boolean(flag) => flag.to_string(),
-                other => {
-                    bail!("attribute {name} must be a string, integer or boolean; got {other}")
-                }
+                toml::Value::Table(table) => serde_json::to_string(table)?,
+                other => bail!(
+                    "queue {}: attribute {name} must be a string, a number, a boolean or a \
+                     table (for a JSON policy); got {other}",
+                    queue.name
+                ),
             };
             Ok((name.clone(), text))
+        })
+        .collect::<anyhow::Result<BTreeMap<_, _>>>()?;
+    if queue.name.ends_with(".fifo") {
+        attributes
+            .entry("FifoQueue".to_owned())
+            .or_insert_with(|| "true".to_owned());
+    }
+    Ok(attributes)
+}
+
+/// Reads the configuration and checks every queue in it — its name, its
+/// attributes against SQS's limits — before anything is created, so a
+/// mistake in the last queue does not leave the first ones made.
+fn read_config(path: &PathBuf) -> anyhow::Result<Vec<(QueueDefinition, BTreeMap<String, String>)>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let config: ConfigFile =
+        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    config
+        .queues
+        .into_iter()
+        .map(|queue| {
+            let attributes = attribute_strings(&queue)?;
+            let checked = queue
+                .name
+                .parse::<ackbox_core::queue_name::QueueName>()
+                .map_err(|error| anyhow::anyhow!(error.message))
+                .and_then(|name| {
+                    let mut settings =
+                        ackbox_core::attributes::QueueAttributes::for_kind(name.is_fifo());
+                    settings
+                        .apply(&attributes)
+                        .map_err(|error| anyhow::anyhow!(error.message))
+                });
+            checked.with_context(|| format!("queue {:?} in {}", queue.name, path.display()))?;
+            Ok((queue, attributes))
         })
         .collect()
 }
@@ -284,12 +327,7 @@ fn attribute_strings(
 /// Creates each configured queue, or brings an existing one's attributes and
 /// tags to the configured values; running it twice changes nothing.
 async fn apply_config(engine: &Engine, path: &PathBuf) -> anyhow::Result<()> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let config: ConfigFile =
-        toml::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-    for queue in config.queues {
-        let attributes = attribute_strings(&queue.attributes)?;
+    for (queue, attributes) in read_config(path)? {
         let name = match engine.get_queue(&queue.name).await {
             Ok(name) => {
                 engine

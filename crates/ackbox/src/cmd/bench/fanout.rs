@@ -7,7 +7,8 @@
 //! its rate falls as subscribers grow while the copies stored per second
 //! (`deliveries`) rise; both are reported. SNS actions go over AWS JSON 1.0
 //! (`SNS_20100331.PublishBatch`), which ackbox answers as it answers
-//! SNS's query protocol.
+//! SNS's query protocol. With `--archive` each count also runs with the
+//! topic keeping an archive, which is one more copy per publish.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,6 +24,7 @@ use crate::api_client::ApiClient;
 #[derive(Debug, Clone)]
 pub(super) struct Fanout {
     pub(super) subscribers: Vec<usize>,
+    pub(super) archive: bool,
     pub(super) producers: usize,
     pub(super) batch: usize,
     pub(super) body_size: usize,
@@ -32,26 +34,54 @@ pub(super) struct Fanout {
     pub(super) name: String,
 }
 
+/// What one measurement runs: the plain send, or a publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Send,
+    Publish { subscribers: usize, archived: bool },
+}
+
 /// What one fan-out measurement gives beside its report.
 struct Measured {
     report: Report,
-    subscribers: usize,
+    shape: Shape,
 }
 
 /// Runs every subscriber count and the plain send in every round, in
 /// turns that start one later each round; prints each result.
 pub(super) async fn fanout(client: &ApiClient, settings: &Fanout) -> anyhow::Result<()> {
     let mut results: Vec<Measured> = Vec::new();
-    let shapes: Vec<Option<usize>> = std::iter::once(None)
-        .chain(settings.subscribers.iter().copied().map(Some))
+    let archived: &[bool] = if settings.archive {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    let shapes: Vec<Shape> = std::iter::once(Shape::Send)
+        .chain(settings.subscribers.iter().flat_map(|&subscribers| {
+            archived.iter().map(move |&archived| Shape::Publish {
+                subscribers,
+                archived,
+            })
+        }))
         .collect();
     for round in 0..settings.rounds {
         for offset in 0..shapes.len() {
             let shape = shapes[(round + offset) % shapes.len()];
-            let label = format!("{}-r{round}-{}", settings.name, shape.map_or(0, |n| n));
             let measured = match shape {
-                None => send_round(client, settings, &label).await?,
-                Some(subscribers) => publish_round(client, settings, &label, subscribers).await?,
+                Shape::Send => {
+                    send_round(client, settings, &format!("{}-r{round}-0", settings.name)).await?
+                }
+                Shape::Publish {
+                    subscribers,
+                    archived,
+                } => {
+                    let label = format!(
+                        "{}-r{round}-{subscribers}{}",
+                        settings.name,
+                        if archived { "a" } else { "" }
+                    );
+                    publish_round(client, settings, &label, subscribers, archived).await?
+                }
             };
             print(&measured, round);
             results.push(measured);
@@ -61,12 +91,20 @@ pub(super) async fn fanout(client: &ApiClient, settings: &Fanout) -> anyhow::Res
     Ok(())
 }
 
+fn archive_note(archived: bool) -> &'static str {
+    if archived { " + archive" } else { "" }
+}
+
 fn print(measured: &Measured, round: usize) {
-    let what = match measured.subscribers {
-        0 => "SendMessageBatch to one queue".to_owned(),
-        n => format!(
-            "PublishBatch to {n} queue(s) = {:.0} copies/s",
-            measured.report.messages_per_second * n as f64
+    let what = match measured.shape {
+        Shape::Send => "SendMessageBatch to one queue".to_owned(),
+        Shape::Publish {
+            subscribers,
+            archived,
+        } => format!(
+            "PublishBatch to {subscribers} queue(s){} = {:.0} copies/s",
+            archive_note(archived),
+            measured.report.messages_per_second * subscribers as f64
         ),
     };
     println!("round {round}: {what}");
@@ -75,24 +113,37 @@ fn print(measured: &Measured, round: usize) {
 
 /// Each subscriber count's median publish rate as a ratio of the median send rate.
 fn summarize(results: &[Measured]) {
-    let median = |subscribers: usize| {
+    let median = |shape: Shape| {
         let mut rates: Vec<f64> = results
             .iter()
-            .filter(|result| result.subscribers == subscribers)
+            .filter(|result| result.shape == shape)
             .map(|result| result.report.messages_per_second)
             .collect();
         rates.sort_by(f64::total_cmp);
         rates.get(rates.len() / 2).copied().unwrap_or(0.0)
     };
-    let send = median(0);
-    let mut counts: Vec<usize> = results.iter().map(|result| result.subscribers).collect();
-    counts.sort_unstable();
-    counts.dedup();
+    let send = median(Shape::Send);
+    let mut shapes: Vec<(usize, bool)> = results
+        .iter()
+        .filter_map(|result| match result.shape {
+            Shape::Send => None,
+            Shape::Publish {
+                subscribers,
+                archived,
+            } => Some((subscribers, archived)),
+        })
+        .collect();
+    shapes.sort_unstable();
+    shapes.dedup();
     println!("median send {send:.0} msg/s");
-    for subscribers in counts.into_iter().filter(|&count| count > 0) {
-        let publish = median(subscribers);
+    for (subscribers, archived) in shapes {
+        let publish = median(Shape::Publish {
+            subscribers,
+            archived,
+        });
         println!(
-            "median publish to {subscribers:>3} queue(s): {publish:>7.0} msg/s = {:.2}× send, {:>8.0} copies/s",
+            "median publish to {subscribers:>3} queue(s){:<10}: {publish:>7.0} msg/s = {:.2}× send, {:>8.0} copies/s",
+            archive_note(archived),
             if send > 0.0 { publish / send } else { 0.0 },
             publish * subscribers as f64
         );
@@ -129,7 +180,7 @@ async fn send_round(
 ) -> anyhow::Result<Measured> {
     let url = create_queue(client, label).await?;
     let (batch, size, queue_url) = (settings.batch, settings.body_size, url.clone());
-    let measured = drive(settings, 0, move |index| {
+    let measured = drive(settings, Shape::Send, move |index| {
         let entries: Vec<Value> = (0..batch)
             .map(|entry| json!({ "Id": entry.to_string(), "MessageBody": body(size, index + entry) }))
             .collect();
@@ -143,16 +194,20 @@ async fn send_round(
     measured
 }
 
-/// PublishBatch to a topic with `subscribers` raw subscribed queues.
+/// PublishBatch to a topic with `subscribers` raw subscribed queues,
+/// keeping an archive if `archived`.
 async fn publish_round(
     client: &ApiClient,
     settings: &Fanout,
     label: &str,
     subscribers: usize,
+    archived: bool,
 ) -> anyhow::Result<Measured> {
-    let topic = client
-        .call("SNS_20100331.CreateTopic", &json!({ "Name": label }))
-        .await?["TopicArn"]
+    let mut create = json!({ "Name": label });
+    if archived {
+        create["Attributes"] = json!({ "ArchivePolicy": r#"{"MessageRetentionPeriod":"1"}"# });
+    }
+    let topic = client.call("SNS_20100331.CreateTopic", &create).await?["TopicArn"]
         .as_str()
         .context("CreateTopic returned no TopicArn")?
         .to_owned();
@@ -180,7 +235,10 @@ async fn publish_round(
     let (batch, size, topic_arn) = (settings.batch, settings.body_size, topic.clone());
     let measured = drive(
         settings,
-        subscribers,
+        Shape::Publish {
+            subscribers,
+            archived,
+        },
         move |index| {
             let entries: Vec<Value> = (0..batch)
             .map(|entry| json!({ "Id": entry.to_string(), "Message": body(size, index + entry) }))
@@ -205,7 +263,7 @@ async fn publish_round(
 /// `settings.producers` loops of `request` for the duration.
 async fn drive(
     settings: &Fanout,
-    subscribers: usize,
+    shape: Shape,
     request: impl Fn(usize) -> (&'static str, Value) + Send + Sync + 'static,
     client: &ApiClient,
 ) -> anyhow::Result<Measured> {
@@ -249,7 +307,11 @@ async fn drive(
     }
     let seconds = started.elapsed().as_secs_f64();
     let mut report = report(
-        if subscribers == 0 { "send" } else { "publish" },
+        if shape == Shape::Send {
+            "send"
+        } else {
+            "publish"
+        },
         stored.load(Ordering::Relaxed),
         seconds,
         &latency,
@@ -258,8 +320,5 @@ async fn drive(
         &errors,
     )?;
     report.target = "ackbox";
-    Ok(Measured {
-        report,
-        subscribers,
-    })
+    Ok(Measured { report, shape })
 }

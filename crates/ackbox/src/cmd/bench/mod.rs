@@ -161,6 +161,10 @@ pub(crate) struct Args {
     /// measurement per count, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,5,20")]
     subscribers: Vec<usize>,
+    /// Fan-out workload: also run each count with the topic keeping an
+    /// archive (`ArchivePolicy`), interleaved with the rest.
+    #[arg(long)]
+    archive: bool,
     /// Redrive workload: the move task's MaxNumberOfMessagesPerSecond.
     #[arg(long, default_value_t = 100)]
     redrive_rate: u64,
@@ -265,6 +269,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             &client,
             &fanout::Fanout {
                 subscribers: args.subscribers.clone(),
+                archive: args.archive,
                 producers: args.producers,
                 batch: args.batch,
                 body_size: args.body_size,
