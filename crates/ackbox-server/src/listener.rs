@@ -46,7 +46,8 @@ pub async fn serve(
     let engine = state.engine.clone();
     let limits = state.limits;
     let local: Option<SocketAddr> = listener.local_addr().ok();
-    tracing::info!(address = ?local, tls = tls.is_some(), "serving the SQS API");
+    let address = local.map_or_else(|| "unknown".to_owned(), |address| address.to_string());
+    tracing::info!(%address, tls = tls.is_some(), "serving the SQS API");
     let router = app(state);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())

@@ -58,12 +58,20 @@ enum Command {
 fn init_tracing(format: LogFormat, default_level: &str) {
     let filter =
         EnvFilter::try_from_env("ACKBOX_LOG").unwrap_or_else(|_| EnvFilter::new(default_level));
+    // Colours only for a person at a terminal, never into a file or a pipe.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     match format {
         LogFormat::Human => builder.init(),
-        LogFormat::Json => builder.json().flatten_event(true).init(),
+        // The current span once (`span`), not again in a list of every
+        // enclosing one: ackbox's spans do not nest.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_span_list(false)
+            .init(),
     }
 }
 

@@ -864,6 +864,55 @@ name = "events.fifo"
     );
 }
 
+/// Logs a file or a collector can read: no colour codes when stderr is not
+/// a terminal, addresses and modes as people write them (not Rust's debug
+/// form), JSON lines whose fields are plain values.
+#[test]
+fn serve_logs_plain_values_without_colour_codes() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let bad = data_dir.path().join("bad.toml");
+    std::fs::write(&bad, "[[queue]]\nname = \"bad name\"\n").unwrap();
+    let run = |format: &str| {
+        let output = Command::new(BINARY)
+            .args(["serve", "--log-format", format, "--port", "0", "--config"])
+            .arg(&bad)
+            .arg("--data-dir")
+            .arg(data_dir.path())
+            .env("ACKBOX_LOG", "info")
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        String::from_utf8(output.stderr).unwrap()
+    };
+    let human = run("human");
+    assert!(
+        !human.contains('\u{1b}'),
+        "colour codes in a pipe: {human:?}"
+    );
+    let serving = human
+        .lines()
+        .find(|line| line.contains("serving the SQS API"))
+        .unwrap_or_else(|| panic!("{human}"));
+    assert!(
+        serving.contains("address=127.0.0.1:") && !serving.contains("Some("),
+        "{serving}"
+    );
+    let json = run("json");
+    for line in json.lines() {
+        let entry: Value =
+            serde_json::from_str(line).unwrap_or_else(|_| panic!("not a JSON line: {line}"));
+        assert!(entry.get("spans").is_none(), "{line}");
+        if entry["message"] == "serving the SQS API" {
+            assert!(
+                entry["address"]
+                    .as_str()
+                    .is_some_and(|address| address.starts_with("127.0.0.1:")),
+                "{line}"
+            );
+        }
+    }
+}
+
 #[test]
 fn dead_letter_queues_can_be_inspected_and_redriven_from_the_cli() {
     let data_dir = tempfile::tempdir().unwrap();

@@ -469,7 +469,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     tracing::info!(
         url = %broker.url(),
         store = %store,
-        durability = ?durability,
+        durability = %durability,
         authenticated,
         "ackbox is ready"
     );

@@ -121,6 +121,18 @@ pub enum Durability {
     },
 }
 
+/// As an operator writes it (logs): `fsync`, or `relaxed (fsync every 10 ms)`.
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Fsync => f.write_str("fsync"),
+            Self::Relaxed { sync_interval } => {
+                write!(f, "relaxed (fsync every {} ms)", sync_interval.as_millis())
+            }
+        }
+    }
+}
+
 /// Whether a job's caller may be answered before its commit is fsynced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Commit {
