@@ -126,11 +126,14 @@ async fn basic_auth(State(state): State<AppState>, mut request: Request, next: N
     }
 }
 
+/// The log target of the line every API request ends with.
+pub const ACCESS_LOG: &str = "access";
+
 async fn api(State(state): State<AppState>, request: Request) -> Response {
     let request_id = uuid::Uuid::new_v4().to_string();
     let (parts, body) = request.into_parts();
     let protocol = Protocol::of(&parts.headers);
-    let span = tracing::debug_span!(
+    let span = tracing::info_span!(
         "request",
         %request_id,
         action = tracing::field::Empty,
@@ -176,7 +179,10 @@ async fn api(State(state): State<AppState>, request: Request) -> Response {
                 "request finished"
             );
         } else {
-            tracing::debug!(
+            // The access log: one line per request, under its own target so
+            // that `ACKBOX_LOG=info,access=off` silences it alone.
+            tracing::info!(
+                target: ACCESS_LOG,
                 status = status.as_u16(),
                 outcome,
                 duration_ms,

@@ -8,10 +8,12 @@ use std::sync::Arc;
 
 use ackbox_core::clock::Clock;
 use ackbox_core::queue_name::Realm;
+use ackbox_engine::error::EngineError;
 use ackbox_engine::store::{OpenedStore, StoreConfig};
 use ackbox_engine::{Engine, EngineConfig};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::ServerError;
@@ -135,9 +137,35 @@ pub struct RunningBroker {
     task: JoinHandle<Result<(), ServerError>>,
 }
 
-impl RunningBroker {
-    /// Opens the store, starts the engine and begins serving.
-    pub async fn start(config: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
+/// A broker whose store is open, engine started and address bound, that
+/// does not serve yet: what must hold before the first request (queues a
+/// configuration file defines) is done here, so no client ever sees the
+/// broker without it.
+pub struct OpenedBroker {
+    /// The engine, for in-process administration.
+    pub engine: Engine,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    tls: Option<TlsAcceptor>,
+    scheme: &'static str,
+    auth: Arc<Authenticator>,
+    ui_read_only: bool,
+    limits: HttpLimits,
+    push: PushWorker,
+}
+
+impl std::fmt::Debug for OpenedBroker {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("OpenedBroker")
+            .field("local_addr", &self.local_addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenedBroker {
+    /// Opens the store, starts the engine and binds the listen address.
+    pub async fn open(config: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
         let store_error = |source| StartError::Store {
             data_dir: match &config.store.postgres {
                 Some(options) => redact_password(&options.url),
@@ -172,48 +200,80 @@ impl RunningBroker {
         let engine = Engine::start(engine_config, store, clock)
             .await
             .map_err(|source| StartError::Engine { source })?;
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| StartError::Bind {
-                    address: config.listen,
-                    source,
-                })?;
-        let local_addr = listener.local_addr().map_err(|source| StartError::Bind {
+        let bind_error = |source| StartError::Bind {
             address: config.listen,
             source,
-        })?;
-        let shutdown = CancellationToken::new();
-        let auth = Arc::new(auth);
-        let state = AppState {
-            engine: engine.clone(),
-            fallback_base_url: format!("{scheme}://{local_addr}"),
-            scheme,
-            ui_read_only: config.ui_read_only,
-            history: Arc::default(),
-            auth: Arc::clone(&auth),
-            limits: config.limits,
         };
-        {
-            let (history, engine, stop) =
-                (Arc::clone(&state.history), engine.clone(), shutdown.clone());
-            tokio::spawn(async move { history.run(engine, stop).await });
-        }
+        let listener = TcpListener::bind(config.listen).await.map_err(bind_error)?;
+        let local_addr = listener.local_addr().map_err(bind_error)?;
         let push = PushWorker::new(engine.clone(), &config.push)
             .map_err(|source| StartError::Push { source })?;
-        tokio::spawn(push.run(shutdown.clone()));
+        Ok(Self {
+            engine,
+            listener,
+            local_addr,
+            tls,
+            scheme,
+            auth: Arc::new(auth),
+            ui_read_only: config.ui_read_only,
+            limits: config.limits,
+            push,
+        })
+    }
+
+    /// Begins serving.
+    pub fn serve(self) -> RunningBroker {
+        let shutdown = CancellationToken::new();
+        let state = AppState {
+            engine: self.engine.clone(),
+            fallback_base_url: format!("{}://{}", self.scheme, self.local_addr),
+            scheme: self.scheme,
+            ui_read_only: self.ui_read_only,
+            history: Arc::default(),
+            auth: Arc::clone(&self.auth),
+            limits: self.limits,
+        };
+        {
+            let (history, engine, stop) = (
+                Arc::clone(&state.history),
+                self.engine.clone(),
+                shutdown.clone(),
+            );
+            tokio::spawn(async move { history.run(engine, stop).await });
+        }
+        tokio::spawn(self.push.run(shutdown.clone()));
+        // Said here, not in the serving task: it comes before whatever the
+        // caller says next ("ackbox is ready").
+        tracing::info!(
+            address = %self.local_addr,
+            tls = self.tls.is_some(),
+            "serving the SQS API"
+        );
         let stop = shutdown.clone();
-        let task = tokio::spawn(serve(listener, state, tls, async move {
+        let task = tokio::spawn(serve(self.listener, state, self.tls, async move {
             stop.cancelled().await;
         }));
-        Ok(Self {
-            local_addr,
-            engine,
-            scheme,
-            auth,
+        RunningBroker {
+            local_addr: self.local_addr,
+            engine: self.engine,
+            scheme: self.scheme,
+            auth: self.auth,
             shutdown,
             task,
-        })
+        }
+    }
+
+    /// Stops without having served: flushes and closes the store.
+    pub async fn close(self) -> Result<(), EngineError> {
+        drop(self.listener);
+        self.engine.shutdown().await
+    }
+}
+
+impl RunningBroker {
+    /// Opens the store, starts the engine and begins serving.
+    pub async fn start(config: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Self, StartError> {
+        Ok(OpenedBroker::open(config, clock).await?.serve())
     }
 
     /// `http://host:port` (or `https://`) of the broker.

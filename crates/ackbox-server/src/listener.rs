@@ -45,9 +45,6 @@ pub async fn serve(
 ) -> Result<(), crate::ServerError> {
     let engine = state.engine.clone();
     let limits = state.limits;
-    let local: Option<SocketAddr> = listener.local_addr().ok();
-    let address = local.map_or_else(|| "unknown".to_owned(), |address| address.to_string());
-    tracing::info!(%address, tls = tls.is_some(), "serving the SQS API");
     let router = app(state);
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())

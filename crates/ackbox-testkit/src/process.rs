@@ -54,7 +54,7 @@ impl ServerProcess {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("ackbox serve exited early with {status}");
             }
-            if healthz(self.port) {
+            if serves(self.child.id(), self.port) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -108,6 +108,58 @@ impl Drop for ServerProcess {
     }
 }
 
+/// Whether process `pid` answers `GET /healthz` on `port` with 200.
+///
+/// A port from [`free_port`] is free only for a moment: another test's
+/// server may bind it first, and its `/healthz` would answer for a server
+/// that is still starting, or that is about to fail to bind. So the answer
+/// counts only while `pid` holds the socket listening on the port.
+pub fn serves(pid: u32, port: u16) -> bool {
+    healthz(port) && listens_on(pid, port)
+}
+
+/// Whether process `pid` holds a socket listening on `port`: the listening
+/// sockets of `/proc/net/tcp{,6}` matched by inode against the process's
+/// open files.
+#[cfg(target_os = "linux")]
+pub fn listens_on(pid: u32, port: u16) -> bool {
+    const LISTEN: &str = "0A";
+    let listening: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|table| std::fs::read_to_string(table).ok())
+        .flat_map(|table| {
+            table
+                .lines()
+                .skip(1)
+                .filter_map(|line| {
+                    let fields: Vec<&str> = line.split_whitespace().collect();
+                    let local_port = fields.get(1)?.rsplit(':').next()?;
+                    let listening = u16::from_str_radix(local_port, 16).ok() == Some(port)
+                        && fields.get(3) == Some(&LISTEN);
+                    let inode = fields.get(9)?;
+                    listening.then(|| format!("socket:[{inode}]"))
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let Ok(open_files) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    open_files.flatten().any(|file| {
+        std::fs::read_link(file.path()).is_ok_and(|target| {
+            listening
+                .iter()
+                .any(|socket| target.as_os_str() == socket.as_str())
+        })
+    })
+}
+
+/// Elsewhere the owner cannot be read; the answer on the port has to do.
+#[cfg(not(target_os = "linux"))]
+pub fn listens_on(_pid: u32, _port: u16) -> bool {
+    true
+}
+
 /// Whether `GET /healthz` on `port` answers 200.
 pub fn healthz(port: u16) -> bool {
     let address = SocketAddr::from(([127, 0, 0, 1], port));
@@ -134,4 +186,26 @@ pub fn target_binary(name: &str) -> PathBuf {
         path.pop();
     }
     path.join(name)
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_belongs_to_the_process_that_listens_on_it_only() {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a listener");
+        let port = listener.local_addr().expect("its address").port();
+        let parent = std::os::unix::process::parent_id();
+        assert!(listens_on(std::process::id(), port));
+        assert!(
+            !listens_on(parent, port),
+            "another process does not hold it"
+        );
+        drop(listener);
+        assert!(
+            !listens_on(std::process::id(), port),
+            "a closed one is nobody's"
+        );
+    }
 }

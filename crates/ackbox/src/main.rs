@@ -5,6 +5,7 @@ use tracing_subscriber::EnvFilter;
 
 mod api_client;
 mod cmd;
+mod data_dir;
 
 /// glibc's allocator took 7 % of the server's CPU sending 256 B messages
 /// (`perf`: `_int_malloc`, `_int_free`, `malloc_consolidate`, …): every

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +11,7 @@ use ackbox_core::queue_name::Realm;
 use ackbox_engine::Engine;
 use ackbox_engine::store::{Durability, EmbeddedStore, PostgresOptions, StoreConfig};
 use ackbox_server::auth::Authenticator;
-use ackbox_server::broker::{BrokerConfig, RunningBroker};
+use ackbox_server::broker::{BrokerConfig, OpenedBroker};
 use ackbox_server::limits::HttpLimits;
 use ackbox_server::push::{DEFAULT_PUSH_TIMEOUT, PushConfig};
 use ackbox_server::shutdown::StopSignal;
@@ -47,9 +47,10 @@ pub(crate) struct Args {
     /// Port to listen on.
     #[arg(long, env = "ACKBOX_PORT", default_value_t = 9324)]
     port: u16,
-    /// Directory of the embedded store.
-    #[arg(long, env = "ACKBOX_DATA_DIR", default_value = "./ackbox-data")]
-    data_dir: PathBuf,
+    /// Directory of the embedded store [default: `$STATE_DIRECTORY` under
+    /// systemd, else ./ackbox-data, never `/`].
+    #[arg(long, env = "ACKBOX_DATA_DIR")]
+    data_dir: Option<PathBuf>,
     /// Where queues and messages live: `sqlite` (the embedded store in
     /// `--data-dir`), `log` (standard queues' messages in an append-only
     /// log in `--data-dir`, the rest in SQLite beside it) or a
@@ -294,10 +295,14 @@ fn attribute_strings(queue: &QueueDefinition) -> anyhow::Result<BTreeMap<String,
     Ok(attributes)
 }
 
+/// A queue the configuration defines, with its attributes as the API takes
+/// them.
+type ConfiguredQueue = (QueueDefinition, BTreeMap<String, String>);
+
 /// Reads the configuration and checks every queue in it — its name, its
 /// attributes against SQS's limits — before anything is created, so a
 /// mistake in the last queue does not leave the first ones made.
-fn read_config(path: &PathBuf) -> anyhow::Result<Vec<(QueueDefinition, BTreeMap<String, String>)>> {
+fn read_config(path: &PathBuf) -> anyhow::Result<Vec<ConfiguredQueue>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let config: ConfigFile =
@@ -326,12 +331,16 @@ fn read_config(path: &PathBuf) -> anyhow::Result<Vec<(QueueDefinition, BTreeMap<
 
 /// Creates each configured queue, or brings an existing one's attributes and
 /// tags to the configured values; running it twice changes nothing.
-async fn apply_config(engine: &Engine, path: &PathBuf) -> anyhow::Result<()> {
-    for (queue, attributes) in read_config(path)? {
+async fn apply_config(
+    engine: &Engine,
+    path: &Path,
+    queues: &[ConfiguredQueue],
+) -> anyhow::Result<()> {
+    for (queue, attributes) in queues {
         let name = match engine.get_queue(&queue.name).await {
             Ok(name) => {
                 engine
-                    .set_queue_attributes(&name, &attributes)
+                    .set_queue_attributes(&name, attributes)
                     .await
                     .with_context(|| {
                         format!("updating queue {} from {}", queue.name, path.display())
@@ -342,7 +351,7 @@ async fn apply_config(engine: &Engine, path: &PathBuf) -> anyhow::Result<()> {
                 name
             }
             Err(_) => engine
-                .create_queue(&queue.name, &attributes, &queue.tags)
+                .create_queue(&queue.name, attributes, &queue.tags)
                 .await
                 .with_context(|| {
                     format!("creating queue {} from {}", queue.name, path.display())
@@ -431,14 +440,19 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
         _ => None,
     };
     let postgres = args.postgres()?;
+    let data_dir = match (&postgres, &args.data_dir) {
+        // A shared store keeps nothing in the directory.
+        (Some(_), None) => PathBuf::from(crate::data_dir::QUICK_START),
+        _ => crate::data_dir::resolve(args.data_dir.clone())?,
+    };
     let store = match &postgres {
         Some(options) => ackbox_server::broker::redact_password(&options.url),
-        None => args.data_dir.display().to_string(),
+        None => data_dir.display().to_string(),
     };
     let config = BrokerConfig {
         listen: SocketAddr::new(args.bind, args.port),
         store: StoreConfig {
-            data_dir: args.data_dir.clone(),
+            data_dir: data_dir.clone(),
             durability,
             embedded: args.embedded().unwrap_or_default(),
             postgres,
@@ -454,18 +468,21 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             extra_roots: args.push_ca_file.clone(),
         },
     };
+    // Checked whole before anything opens: a mistake leaves nothing made.
+    let configured = args.config.as_ref().map(read_config).transpose()?;
     let authenticated = config.credentials.is_some();
     // Caught before the broker starts: a stop or a reload asked for while
     // it starts is kept for it, not left to kill it.
     let stop = StopSignal::listen();
     let hangups = Hangups::listen();
-    let mut broker = RunningBroker::start(config, Arc::new(SystemClock)).await?;
-    if let Some(path) = &args.config
-        && let Err(error) = apply_config(&broker.engine, path).await
+    let opened = OpenedBroker::open(config, Arc::new(SystemClock)).await?;
+    if let (Some(path), Some(queues)) = (&args.config, &configured)
+        && let Err(error) = apply_config(&opened.engine, path, queues).await
     {
-        broker.stop().await?;
+        opened.close().await?;
         return Err(error);
     }
+    let mut broker = opened.serve();
     tracing::info!(
         url = %broker.url(),
         store = %store,

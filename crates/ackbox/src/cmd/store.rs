@@ -28,16 +28,18 @@ enum StoreCommand {
     /// Read the database and every log segment and report what is readable
     /// and where damage starts (the server must be stopped).
     Check {
-        /// Directory of the embedded store.
-        #[arg(long, env = "ACKBOX_DATA_DIR", default_value = "./ackbox-data")]
-        data_dir: PathBuf,
+        /// Directory of the embedded store [default: `$STATE_DIRECTORY`
+        /// under systemd, else ./ackbox-data, never `/`].
+        #[arg(long, env = "ACKBOX_DATA_DIR")]
+        data_dir: Option<PathBuf>,
     },
     /// Move the other embedded store's standard-queue messages into this
     /// one, when both hold some (the server must be stopped).
     Adopt {
-        /// Directory of the embedded store.
-        #[arg(long, env = "ACKBOX_DATA_DIR", default_value = "./ackbox-data")]
-        data_dir: PathBuf,
+        /// Directory of the embedded store [default: `$STATE_DIRECTORY`
+        /// under systemd, else ./ackbox-data, never `/`].
+        #[arg(long, env = "ACKBOX_DATA_DIR")]
+        data_dir: Option<PathBuf>,
         /// The store that keeps the directory: `log` or `sqlite`.
         #[arg(long, value_enum)]
         into: Into,
@@ -56,11 +58,13 @@ enum Into {
 pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     match args.command {
         StoreCommand::Check { data_dir } => {
+            let data_dir = crate::data_dir::resolve(data_dir)?;
             let report = tokio::task::spawn_blocking(move || check(&data_dir)).await??;
             write_out(&describe(&report))?;
             anyhow::ensure!(report.is_sound(), "the store is damaged; see above");
         }
         StoreCommand::Adopt { data_dir, into } => {
+            let data_dir = crate::data_dir::resolve(data_dir)?;
             let (adopter, store) = match into {
                 Into::Log => (Adopter::Log, "log"),
                 Into::Sqlite => (Adopter::Sqlite, "sqlite"),

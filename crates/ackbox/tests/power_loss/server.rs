@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ackbox_testkit::process::{free_port, healthz};
+use ackbox_testkit::process::{free_port, serves};
 
 const BINARY: &str = env!("CARGO_BIN_EXE_ackbox");
 
@@ -82,8 +82,8 @@ impl Server {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Err(format!("exited with {status}: {}", self.log_tail()));
             }
-            let port = self.port;
-            if tokio::task::spawn_blocking(move || healthz(port))
+            let (pid, port) = (self.child.id(), self.port);
+            if tokio::task::spawn_blocking(move || serves(pid, port))
                 .await
                 .unwrap_or(false)
             {

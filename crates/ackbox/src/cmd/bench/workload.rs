@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{ProgressBar, ProgressState, ProgressStyle};
 use tokio::sync::Mutex;
 
 use super::Settings;
@@ -21,8 +21,20 @@ pub(super) fn progress(hidden: bool, label: &str, length: Option<u64>) -> Progre
     let bar = length.map_or_else(ProgressBar::new_spinner, ProgressBar::new);
     bar.set_style(
         ProgressStyle::with_template(
-            "{prefix:>4} {spinner} {elapsed:>4} {pos:>10} msgs {per_sec:>14} {wide_bar}",
+            "{prefix:>4} {spinner} {elapsed:>4} {pos:>10} msgs {rate:>12} {wide_bar}",
         )
+        .map(|style| {
+            // indicatif's own `per_sec` prints every digit of a fraction.
+            style.with_key(
+                "rate",
+                |state: &ProgressState, out: &mut dyn std::fmt::Write| {
+                    let _ = std::fmt::Write::write_fmt(
+                        out,
+                        format_args!("{:.0} msg/s", state.per_sec()),
+                    );
+                },
+            )
+        })
         .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     bar.set_prefix(label.to_owned());
@@ -262,11 +274,13 @@ pub(super) async fn latency<T: Target>(
         bail!("the W3 scheduler thread panicked");
     }
     while senders.join_next().await.is_some() {}
+    // The rate is the sends' own: the consumers' last long polls, which
+    // end up to a second later, are not part of it.
+    let seconds = origin.elapsed().as_secs_f64();
     sending_done.store(true, Ordering::Relaxed);
     for consumer in consuming {
         consumer.await?;
     }
-    let seconds = origin.elapsed().as_secs_f64();
     bar.finish_and_clear();
     let acknowledged = acknowledged.lock().await;
     let delivered = delivered.lock().await;
