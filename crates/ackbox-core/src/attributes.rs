@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::archive_policy;
 use crate::error::{ErrorCode, SqsError};
 use crate::limits::{
     DEFAULT_RETENTION_SECONDS, DEFAULT_VISIBILITY_TIMEOUT_SECONDS, MAX_DELAY_SECONDS,
@@ -46,6 +47,8 @@ const ENCRYPTION_DEFAULTED: [&str; 2] =
 
 /// Dead-letter policies, as JSON strings.
 const REDRIVE_POLICY: &str = "RedrivePolicy";
+/// ackbox's own: keep every message sent in an archive for replays.
+pub const ARCHIVE_POLICY: &str = "AckBoxArchivePolicy";
 const REDRIVE_ALLOW_POLICY: &str = "RedriveAllowPolicy";
 
 /// The queue type; set at creation and never changed.
@@ -155,6 +158,9 @@ pub struct QueueAttributes {
     pub passthrough: BTreeMap<String, String>,
     /// `Some` on a FIFO queue: its ordering and deduplication settings.
     pub fifo: Option<FifoSettings>,
+    /// How many days the queue's archive keeps what is sent to it; `None`
+    /// when it keeps no archive ([`ARCHIVE_POLICY`]).
+    pub archive_retention_days: Option<i64>,
 }
 
 impl Default for QueueAttributes {
@@ -169,6 +175,7 @@ impl Default for QueueAttributes {
             redrive_allow_policy: None,
             passthrough: BTreeMap::new(),
             fifo: None,
+            archive_retention_days: None,
         }
     }
 }
@@ -360,6 +367,10 @@ impl QueueAttributes {
                 self.redrive_allow_policy =
                     (!value.is_empty()).then(|| value.parse()).transpose()?;
             }
+            ARCHIVE_POLICY => {
+                self.archive_retention_days = archive_policy::parse(value)
+                    .map_err(|reason| SqsError::invalid_attribute_value(name, value, &reason))?;
+            }
             unknown => {
                 return Err(SqsError::new(
                     ErrorCode::InvalidAttributeName,
@@ -417,6 +428,9 @@ impl QueueAttributes {
         if let Some(policy) = &self.redrive_allow_policy {
             map.insert(REDRIVE_ALLOW_POLICY.to_owned(), policy.to_string());
         }
+        if let Some(days) = self.archive_retention_days {
+            map.insert(ARCHIVE_POLICY.to_owned(), archive_policy::render(days));
+        }
         map.insert(DELAY_SECONDS.to_owned(), self.delay_seconds.to_string());
         map.insert(
             MAXIMUM_MESSAGE_SIZE.to_owned(),
@@ -470,7 +484,13 @@ pub fn is_known_attribute_name(name: &str) -> bool {
     name == "All"
         || COMPUTED_ATTRIBUTES.contains(&name)
         || PASSTHROUGH.contains(&name)
-        || [REDRIVE_POLICY, REDRIVE_ALLOW_POLICY, FIFO_QUEUE].contains(&name)
+        || [
+            REDRIVE_POLICY,
+            REDRIVE_ALLOW_POLICY,
+            FIFO_QUEUE,
+            ARCHIVE_POLICY,
+        ]
+        .contains(&name)
         || FIFO_ONLY.contains(&name)
         || [
             DELAY_SECONDS,

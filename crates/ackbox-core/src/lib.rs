@@ -27,6 +27,7 @@
 //! ```
 #![cfg_attr(not(test), deny(clippy::unwrap_used))]
 
+pub mod archive_policy;
 pub mod attributes;
 pub mod clock;
 pub mod delivery_policy;

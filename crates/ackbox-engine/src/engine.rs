@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ackbox_core::attributes::{QueueAttributes, is_known_attribute_name};
+use ackbox_core::attributes::{ARCHIVE_POLICY, QueueAttributes, is_known_attribute_name};
 use ackbox_core::clock::{Clock, Timestamp};
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_core::limits::{
@@ -31,6 +31,7 @@ use crate::store::{
     QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams,
     QueueStatsParams, QueueUpdateParams, Store,
 };
+use crate::topic::archive_retention;
 
 /// How the engine is set up.
 #[derive(Debug, Clone)]
@@ -221,6 +222,7 @@ impl Engine {
         }
         let mut settings = QueueAttributes::for_kind(name.is_fifo());
         settings.apply(attributes)?;
+        let archive_retention_days = archive_retention(&name, &settings)?;
         validate_tags(tags)?;
 
         let _admin = self.inner.admin.lock().await;
@@ -246,7 +248,12 @@ impl Engine {
             QueueCreateOutcome::Created(record) | QueueCreateOutcome::Exists(record) => {
                 let queue = Arc::new(Queue::from_record(record)?);
                 self.ensure_same_attributes(&queue, attributes)?;
-                self.inner.registry.insert(queue);
+                self.inner.registry.insert(Arc::clone(&queue));
+                drop(_admin);
+                if let Some(retention_days) = archive_retention_days {
+                    // Boxed: making the archive creates its queue.
+                    Box::pin(self.ensure_queue_archive(&queue, retention_days)).await?;
+                }
                 Ok(name)
             }
             QueueCreateOutcome::DeletedRecently => Err(SqsError::new(
@@ -367,7 +374,7 @@ impl Engine {
 
     /// DeleteQueue: removes the queue and every message in it.
     pub async fn delete_queue(&self, name: &QueueName) -> Result<(), EngineError> {
-        let _admin = self.inner.admin.lock().await;
+        let admin = self.inner.admin.lock().await;
         let queue = self.queue(name).await?;
         self.inner
             .store
@@ -378,7 +385,9 @@ impl Engine {
             .await?;
         self.inner.registry.remove(name.as_str());
         queue.mark_deleted();
-        Ok(())
+        drop(admin);
+        // Boxed: dropping the archive deletes its queue.
+        Box::pin(self.drop_queue_archive(&queue)).await
     }
 
     /// Every queue's message counts, for metrics: whether it is some queue's
@@ -526,6 +535,16 @@ impl Engine {
         name: &QueueName,
         attributes: &AttributeMap,
     ) -> Result<(), EngineError> {
+        if attributes.contains_key(ARCHIVE_POLICY) {
+            // Made before the queue says it archives, so that a send that
+            // reads the policy finds the archive there.
+            let queue = self.queue(name).await?;
+            let mut requested = queue.snapshot().attributes.clone();
+            requested.change(attributes)?;
+            if let Some(retention_days) = archive_retention(name, &requested)? {
+                Box::pin(self.ensure_queue_archive(&queue, retention_days)).await?;
+            }
+        }
         let _admin = self.inner.admin.lock().await;
         let queue = self.queue(name).await?;
         let current = queue.snapshot();

@@ -247,15 +247,31 @@ impl Engine {
                 )
             })
             .collect();
-        let inserted = self
-            .inner
-            .store
-            .message_insert_batch(MessageInsertParams {
-                queue_id: queue.id,
-                messages,
-                deduplication_window_start: self.now() - FIFO_DEDUPLICATION_WINDOW_SECONDS * 1_000,
-            })
-            .await?;
+        let deduplication_window_start = self.now() - FIFO_DEDUPLICATION_WINDOW_SECONDS * 1_000;
+        let archive = self.archive_copies(queue, &messages).await?;
+        let sent = MessageInsertParams {
+            queue_id: queue.id,
+            messages,
+            deduplication_window_start,
+        };
+        let inserted = match archive {
+            None => self.inner.store.message_insert_batch(sent).await?,
+            Some((archive, copies)) => {
+                // One transaction: the archive holds a send if and only if
+                // it was acknowledged.
+                let archived = MessageInsertParams {
+                    queue_id: archive.id,
+                    messages: copies,
+                    deduplication_window_start,
+                };
+                let mut inserted = self
+                    .inner
+                    .store
+                    .message_insert_atomic(vec![sent, archived])
+                    .await?;
+                inserted.swap_remove(0)
+            }
+        };
         // One poller per message is enough (a poller takes up to ten), and
         // waking every poller on every send costs a store round trip each.
         // Delayed messages wake a poller too: it learns when the next message

@@ -1477,6 +1477,74 @@ async fn a_topic_archive_is_replayed_from_the_cli() {
     }
 }
 
+/// A queue's archive from the CLI: made with `queue create --attribute`,
+/// replayed with `replay start --queue`, listed with `replay list --queue`;
+/// a replay names one archive.
+#[test]
+fn a_queue_archive_is_replayed_from_the_cli() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), free_port(), &[]);
+    let endpoint = server.url();
+    ok_stdout(ackbox(
+        &endpoint,
+        &[
+            "queue",
+            "create",
+            "orders",
+            "--attribute",
+            r#"AckBoxArchivePolicy={"MessageRetentionPeriod":"3"}"#,
+        ],
+    ));
+    ok_stdout(ackbox(&endpoint, &["queue", "create", "rebuild"]));
+    for body in ["o-1", "o-2"] {
+        ok_stdout(ackbox(&endpoint, &["send", "orders", body]));
+    }
+    // Consumed from the queue, kept in its archive.
+    ok_stdout(ackbox(&endpoint, &["receive", "orders", "--max", "10"]));
+    let report = ok_stdout(ackbox(
+        &endpoint,
+        &[
+            "replay", "start", "--queue", "orders", "--to", "rebuild", "--from", "1h",
+        ],
+    ));
+    assert!(report.starts_with("COMPLETED  replayed 2"), "{report}");
+    let received: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["receive", "rebuild", "--max", "10", "--json"],
+    )))
+    .unwrap();
+    let mut bodies: Vec<&str> = received["Messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|message| message["Body"].as_str().unwrap())
+        .collect();
+    bodies.sort_unstable();
+    assert_eq!(bodies, ["o-1", "o-2"]);
+    let listed: Value = serde_json::from_str(&ok_stdout(ackbox(
+        &endpoint,
+        &["replay", "list", "--queue", "orders", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(
+        listed["Replays"][0]["SourceArn"],
+        "arn:aws:sqs:us-east-1:000000000000:orders"
+    );
+    let both = ackbox(
+        &endpoint,
+        &[
+            "replay", "start", "--queue", "orders", "--topic", "t", "--to", "rebuild", "--from",
+            "1h",
+        ],
+    );
+    assert!(!both.status.success());
+    assert!(
+        String::from_utf8_lossy(&both.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&both.stderr)
+    );
+}
+
 /// The peers of the side-by-side table (README) through their own clients,
 /// against the services `.ci/run` starts: each runs every workload without
 /// an error, and W2 takes what W1 sent.

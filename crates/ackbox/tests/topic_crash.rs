@@ -476,3 +476,143 @@ async fn replay_across_kill9(args: &[&str]) {
     );
     assert!(server.terminate(), "the restarted server exits cleanly");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inv13_kill9_mid_send_leaves_a_queue_and_its_archive_the_same_messages() {
+    kill9_mid_archived_send(&[]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inv13_kill9_mid_send_on_the_log_store_leaves_a_queue_and_its_archive_the_same_messages() {
+    kill9_mid_archived_send(&["--store", "log"]).await;
+}
+
+/// Invariant 13 for a queue's archive: senders keep sending to a queue
+/// with an `AckBoxArchivePolicy`; the server is killed with `kill -9`;
+/// after a restart the archive (replayed into an empty queue) holds exactly
+/// what the queue holds, every acknowledged send among it.
+async fn kill9_mid_archived_send(args: &[&str]) {
+    let data_dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
+    let sqs = sqs_client(&server.url());
+    let url = sqs
+        .create_queue()
+        .queue_name("orders")
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::from("AckBoxArchivePolicy"),
+            r#"{"MessageRetentionPeriod":"1"}"#,
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let acknowledged = Arc::new(Mutex::new(BTreeSet::new()));
+    let mut senders = Vec::new();
+    for sender in 0..6 {
+        let (sqs, url, acknowledged) = (sqs.clone(), url.clone(), Arc::clone(&acknowledged));
+        senders.push(tokio::spawn(async move {
+            for round in 0..100_000 {
+                let bodies: Vec<String> = (0..10)
+                    .map(|index| format!("s{sender}-r{round}-m{index}"))
+                    .collect();
+                let mut request = sqs.send_message_batch().queue_url(&url);
+                for (index, body) in bodies.iter().enumerate() {
+                    request = request.entries(
+                        aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
+                            .id(index.to_string())
+                            .message_body(body)
+                            .build()
+                            .unwrap(),
+                    );
+                }
+                let Ok(output) = request.send().await else {
+                    return;
+                };
+                let sent: BTreeSet<&str> =
+                    output.successful().iter().map(|entry| entry.id()).collect();
+                let mut acknowledged = acknowledged.lock().unwrap();
+                for (index, body) in bodies.into_iter().enumerate() {
+                    if sent.contains(index.to_string().as_str()) {
+                        acknowledged.insert(body);
+                    }
+                }
+            }
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while acknowledged.lock().unwrap().len() < 1_500 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.kill9();
+    for sender in senders {
+        tokio::time::timeout(Duration::from_secs(60), sender)
+            .await
+            .expect("senders notice the crash")
+            .unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(
+        acknowledged.len() >= 100,
+        "the senders made progress before the crash ({})",
+        acknowledged.len()
+    );
+
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
+    let sqs = sqs_client(&server.url());
+    let held = drain(&sqs, &url).await;
+    let rebuild = sqs
+        .create_queue()
+        .queue_name("rebuild")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let (status, started) = ackbox_testkit::client::call_json(
+        &server.url(),
+        "AckBox.StartReplay",
+        &serde_json::json!({
+            "SourceArn": "arn:aws:sqs:us-east-1:000000000000:orders",
+            "DestinationArn": "arn:aws:sqs:us-east-1:000000000000:rebuild",
+            "StartTimestamp": 0,
+        }),
+    )
+    .await;
+    assert_eq!(status, 200, "{started}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, listing) = ackbox_testkit::client::call_json(
+            &server.url(),
+            "AckBox.ListReplays",
+            &serde_json::json!({}),
+        )
+        .await;
+        let status = listing["Replays"][0]["Status"].clone();
+        if status != "RUNNING" {
+            assert_eq!(status, "COMPLETED", "{listing}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replay never ended: {listing}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let archived = drain(&sqs, &rebuild).await;
+    let only_queue: Vec<&String> = held.difference(&archived).take(5).collect();
+    let only_archive: Vec<&String> = archived.difference(&held).take(5).collect();
+    assert!(
+        only_queue.is_empty() && only_archive.is_empty(),
+        "the queue and its archive differ after kill -9: only in the queue: {only_queue:?}; \
+         only in the archive: {only_archive:?}"
+    );
+    let lost: Vec<&String> = acknowledged.difference(&held).take(5).collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged sends lost after kill -9: {lost:?} (of {})",
+        acknowledged.len()
+    );
+    assert!(server.terminate(), "the restarted server exits cleanly");
+}

@@ -17,11 +17,13 @@
 
 use std::collections::BTreeMap;
 
+use ackbox_core::archive_policy;
+use ackbox_core::attributes::ARCHIVE_POLICY as QUEUE_ARCHIVE_POLICY;
 use ackbox_core::clock::Timestamp;
 use ackbox_core::error::{ErrorCode, SqsError};
-use ackbox_core::limits::{MAX_MESSAGE_SIZE, MAX_RETENTION_SECONDS};
+use ackbox_core::limits::MAX_MESSAGE_SIZE;
 use ackbox_core::message::MessageAttributes;
-use ackbox_core::queue_name::QueueName;
+use ackbox_core::queue_name::{QueueName, Realm};
 use ackbox_core::topic_name::TopicName;
 use serde::{Deserialize, Serialize};
 
@@ -37,8 +39,84 @@ pub const ARCHIVE_POLICY: &str = "ArchivePolicy";
 pub const BEGINNING_ARCHIVE_TIME: &str = "BeginningArchiveTime";
 /// What an archive queue's name starts with; the archive's id follows.
 pub const ARCHIVE_QUEUE_PREFIX: &str = "ackbox-archive-";
-/// An archive's longest retention, in days: a queue's longest.
-pub const MAX_ARCHIVE_RETENTION_DAYS: i64 = MAX_RETENTION_SECONDS / 86_400;
+
+/// What a queue's archive record is stored under in the topics' table,
+/// before the queue's name. No topic name has a colon, so none is read as
+/// one of these, nor one of these as a topic.
+const QUEUE_RECORD_PREFIX: &str = "queue:";
+
+/// Who keeps an archive, and the replays of it: a topic, in its
+/// definition; or a queue, in a record of the same shape (no attributes,
+/// no subscriptions) stored beside the topics' under `queue:<name>`, so
+/// that replays of both are one code, read and written by revision alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ArchiveOwner {
+    Topic(TopicName),
+    Queue(QueueName),
+}
+
+impl ArchiveOwner {
+    /// The key of its definition in the topics' table.
+    pub(crate) fn key(&self) -> String {
+        match self {
+            Self::Topic(name) => name.to_string(),
+            Self::Queue(name) => format!("{QUEUE_RECORD_PREFIX}{name}"),
+        }
+    }
+
+    /// The owner a stored definition's key names.
+    pub(crate) fn from_key(key: &str) -> Option<Self> {
+        match key.strip_prefix(QUEUE_RECORD_PREFIX) {
+            Some(queue) => queue.parse().ok().map(Self::Queue),
+            None => key.parse().ok().map(Self::Topic),
+        }
+    }
+
+    pub(crate) fn arn(&self, realm: &Realm) -> String {
+        match self {
+            Self::Topic(name) => realm.topic_arn(name),
+            Self::Queue(name) => realm.queue_arn(name),
+        }
+    }
+
+    /// The topic or queue an ARN names, for the request parameter
+    /// `parameter`.
+    pub(crate) fn from_arn(realm: &Realm, parameter: &str, arn: &str) -> Result<Self, SqsError> {
+        if arn.starts_with("arn:aws:sqs:") {
+            return realm
+                .queue_name_from_arn(arn)
+                .map(Self::Queue)
+                .ok_or_else(|| {
+                    SqsError::sns_invalid_parameter(
+                        parameter,
+                        format_args!("{arn:?} is not the ARN of a queue of this server."),
+                    )
+                });
+        }
+        realm.topic_name_from_arn(parameter, arn).map(Self::Topic)
+    }
+
+    /// What is said when it keeps no archive.
+    pub(crate) fn without_archive(&self, realm: &Realm) -> SqsError {
+        let (arn, attribute) = match self {
+            Self::Topic(_) => (self.arn(realm), ARCHIVE_POLICY),
+            Self::Queue(_) => (self.arn(realm), QUEUE_ARCHIVE_POLICY),
+        };
+        SqsError::sns_invalid_parameter(
+            "SourceArn",
+            format_args!("{arn} keeps no archive to replay; set its {attribute} first."),
+        )
+    }
+}
+
+impl std::fmt::Display for ArchiveOwner {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Topic(name) => write!(formatter, "topic {name}"),
+            Self::Queue(name) => write!(formatter, "queue {name}"),
+        }
+    }
+}
 
 /// A topic's archive, as its definition keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +138,14 @@ impl ArchiveDefinition {
     pub(crate) fn queue(&self) -> QueueName {
         archive_queue(&self.id, self.fifo)
     }
+
+    pub(crate) fn view(&self) -> ArchiveView {
+        ArchiveView {
+            queue: self.queue(),
+            retention_days: self.retention_days,
+            since: self.since,
+        }
+    }
 }
 
 fn archive_queue(id: &str, fifo: bool) -> QueueName {
@@ -77,34 +163,9 @@ pub fn is_archive_queue(queue: &QueueName) -> bool {
 /// The retention an `ArchivePolicy` asks for, in days; `None` when it
 /// turns archiving off.
 pub(crate) fn parse_archive_policy(value: &str) -> Result<Option<i64>, SqsError> {
-    let invalid = |reason: String| {
+    archive_policy::parse(value).map_err(|reason| {
         SqsError::sns_invalid_parameter(&format!("Attributes.{ARCHIVE_POLICY}"), reason)
-    };
-    if value.trim().is_empty() {
-        return Ok(None);
-    }
-    let document: serde_json::Map<String, serde_json::Value> = serde_json::from_str(value)
-        .map_err(|_| invalid(format!("{value:?} is not a JSON object.")))?;
-    if document.is_empty() {
-        return Ok(None);
-    }
-    if let Some(other) = document.keys().find(|key| *key != "MessageRetentionPeriod") {
-        return Err(invalid(format!(
-            "{other:?} is not a member of an archive policy; MessageRetentionPeriod is its only one."
-        )));
-    }
-    let period = &document["MessageRetentionPeriod"];
-    let days = period
-        .as_i64()
-        .or_else(|| period.as_str().and_then(|days| days.parse().ok()));
-    match days {
-        Some(days) if (1..=MAX_ARCHIVE_RETENTION_DAYS).contains(&days) => Ok(Some(days)),
-        _ => Err(invalid(format!(
-            "MessageRetentionPeriod {period} must be a whole number of days from 1 to \
-             {MAX_ARCHIVE_RETENTION_DAYS} (an ackbox archive is a queue, which keeps a message \
-             {MAX_ARCHIVE_RETENTION_DAYS} days at most)."
-        ))),
-    }
+    })
 }
 
 /// One publish as its topic's archive keeps it: everything a replay needs
@@ -188,11 +249,7 @@ impl Engine {
         name: &TopicName,
     ) -> Result<Option<ArchiveView>, EngineError> {
         let (definition, _) = self.topic_definition(name).await?;
-        Ok(definition.archive.map(|archive| ArchiveView {
-            queue: archive.queue(),
-            retention_days: archive.retention_days,
-            since: archive.since,
-        }))
+        Ok(definition.archive.as_ref().map(ArchiveDefinition::view))
     }
 
     /// The archive a new topic's `ArchivePolicy` asks for, its queue
@@ -322,28 +379,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_archive_policy_names_its_retention_in_days_within_a_queues_bound() {
-        assert_eq!(
-            parse_archive_policy(r#"{"MessageRetentionPeriod":"7"}"#).unwrap(),
-            Some(7)
+    fn an_archive_policy_refused_names_the_topic_attribute() {
+        let error = parse_archive_policy(r#"{"MessageRetentionPeriod":"365"}"#).unwrap_err();
+        assert!(
+            error.message.contains("Attributes.ArchivePolicy"),
+            "{error:?}"
         );
-        assert_eq!(
-            parse_archive_policy(r#"{"MessageRetentionPeriod":14}"#).unwrap(),
-            Some(14)
-        );
-        assert_eq!(parse_archive_policy("").unwrap(), None);
-        assert_eq!(parse_archive_policy("{}").unwrap(), None);
-        for (policy, names) in [
-            (r#"{"MessageRetentionPeriod":"365"}"#, "from 1 to 14"),
-            (r#"{"MessageRetentionPeriod":"0"}"#, "from 1 to 14"),
-            (r#"{"MessageRetentionPeriod":"a week"}"#, "\"a week\""),
-            (r#"{"Retention":"7"}"#, "\"Retention\""),
-            ("7", "not a JSON object"),
-        ] {
-            let error = parse_archive_policy(policy).unwrap_err();
-            assert!(error.message.contains("ArchivePolicy"), "{error:?}");
-            assert!(error.message.contains(names), "{policy}: {}", error.message);
-        }
+        assert!(error.message.contains("from 1 to 14"), "{error:?}");
     }
 
     #[test]

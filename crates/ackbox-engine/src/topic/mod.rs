@@ -27,13 +27,14 @@ mod archive;
 mod envelope;
 mod publish;
 mod push;
+mod queue_archive;
 mod replay;
 
+use archive::parse_archive_policy;
 pub use archive::{
-    ARCHIVE_POLICY, ARCHIVE_QUEUE_PREFIX, ArchiveView, BEGINNING_ARCHIVE_TIME,
-    MAX_ARCHIVE_RETENTION_DAYS, is_archive_queue,
+    ARCHIVE_POLICY, ARCHIVE_QUEUE_PREFIX, ArchiveView, BEGINNING_ARCHIVE_TIME, is_archive_queue,
 };
-use archive::{ArchiveDefinition, parse_archive_policy};
+pub(crate) use archive::{ArchiveDefinition, ArchiveOwner};
 pub use publish::{PublishEntry, Published};
 pub use push::{
     DELIVERY_POLICY, DELIVERY_QUEUE_PREFIX, HTTP_PROTOCOL, HTTPS_PROTOCOL, MESSAGE_ID_ATTRIBUTE,
@@ -41,6 +42,7 @@ pub use push::{
     SUBSCRIPTION_CONFIRMATION,
 };
 use push::{dead_letter_target, is_push, validate_endpoint};
+pub(crate) use queue_archive::archive_retention;
 pub use replay::{
     REPLAY_ATTRIBUTE, REPLAY_MESSAGE_ID_ATTRIBUTE, REPLAY_POLICY, REPLAY_PUBLISHED_AT_ATTRIBUTE,
     REPLAY_STATUS, Replay, ReplayRequest,
@@ -424,18 +426,38 @@ impl Engine {
         self.realm().topic_name_from_arn("TopicArn", topic_arn)
     }
 
+    /// The definition stored under `key` (a topic's name, or a queue's
+    /// archive record, [`ArchiveOwner::key`]) and the revision read.
+    async fn definition(&self, key: &str) -> Result<Option<(TopicDefinition, i64)>, EngineError> {
+        let Some(record) = self.inner.store.topic_get(key).await? else {
+            return Ok(None);
+        };
+        Ok(Some((TopicDefinition::decode(&record)?, record.revision)))
+    }
+
     /// The topic `name` and the revision read, or `NotFound`.
     pub(crate) async fn topic_definition(
         &self,
         name: &TopicName,
     ) -> Result<(TopicDefinition, i64), EngineError> {
-        let record = self
-            .inner
-            .store
-            .topic_get(name.as_str())
+        self.owner_definition(&ArchiveOwner::Topic(name.clone()))
+            .await
+    }
+
+    /// The definition of an archive's owner and the revision read, or
+    /// `NotFound`.
+    pub(crate) async fn owner_definition(
+        &self,
+        owner: &ArchiveOwner,
+    ) -> Result<(TopicDefinition, i64), EngineError> {
+        let not_found = match owner {
+            ArchiveOwner::Topic(_) => "Topic",
+            ArchiveOwner::Queue(_) => "Archive",
+        };
+        Ok(self
+            .definition(&owner.key())
             .await?
-            .ok_or_else(|| SqsError::sns_not_found("Topic"))?;
-        Ok((TopicDefinition::decode(&record)?, record.revision))
+            .ok_or_else(|| SqsError::sns_not_found(not_found))?)
     }
 
     /// Applies `change` to topic `name` and stores the result over the
@@ -443,15 +465,26 @@ impl Engine {
     async fn change_topic<T>(
         &self,
         name: &TopicName,
+        change: impl FnMut(&mut TopicDefinition) -> Result<T, SqsError>,
+    ) -> Result<T, EngineError> {
+        self.change_owner(&ArchiveOwner::Topic(name.clone()), change)
+            .await
+    }
+
+    /// [`Engine::change_topic`] for any archive's owner.
+    pub(crate) async fn change_owner<T>(
+        &self,
+        owner: &ArchiveOwner,
         mut change: impl FnMut(&mut TopicDefinition) -> Result<T, SqsError>,
     ) -> Result<T, EngineError> {
+        let key = owner.key();
         for _ in 0..MAX_REVISION_RACES {
-            let (mut definition, revision) = self.topic_definition(name).await?;
+            let (mut definition, revision) = self.owner_definition(owner).await?;
             let answer = change(&mut definition)?;
             if self
                 .inner
                 .store
-                .topic_write(name.as_str(), definition.encode(), Some(revision))
+                .topic_write(&key, definition.encode(), Some(revision))
                 .await?
             {
                 return Ok(answer);
@@ -989,7 +1022,7 @@ impl Engine {
             if !value.is_empty() {
                 let (start, end) = parse_replay_policy(value)?;
                 self.start_replay(ReplayRequest {
-                    topic_arn: self.realm().topic_arn(&name),
+                    source_arn: self.realm().topic_arn(&name),
                     destination_arn: subscription_arn.to_owned(),
                     start,
                     end,

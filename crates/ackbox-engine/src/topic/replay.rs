@@ -1,7 +1,8 @@
-//! Replays of a topic's archive (`archive.rs`): archived publishes from a
-//! time range delivered again — to a queue (`AckBox.StartReplay`, `ackbox
-//! replay start`) or to a subscription (SNS's `ReplayPolicy`) — rate-limited
-//! and audited as move tasks are.
+//! Replays of a topic's or a queue's archive (`archive.rs`): archived
+//! publishes or sends from a time range delivered again — to a queue
+//! (`AckBox.StartReplay`, `ackbox replay start`) or to a topic's
+//! subscription (SNS's `ReplayPolicy`) — rate-limited and audited as move
+//! tasks are.
 //!
 //! A replayed copy is the copy the first delivery made (the same envelope,
 //! `MessageId` and `Timestamp`, or the same raw message) plus three
@@ -10,7 +11,7 @@
 //! knows a replay from a first delivery and can rebuild a projection without
 //! repeating an irreversible effect.
 //!
-//! A replay is a task in its topic's definition: a cursor over the archive's
+//! A replay is a task in its owner's definition: a cursor over the archive's
 //! sequence numbers, advanced after each slice is stored in the destination.
 //! One runner at a time holds it, by a lease renewed with each slice; a
 //! runner that dies leaves the lease to lapse and another node (or the
@@ -30,7 +31,7 @@ use ackbox_core::topic_name::TopicName;
 use ackbox_core::utc::{parse_rfc3339, rfc3339_millis};
 use serde::{Deserialize, Serialize};
 
-use super::archive::{ArchivedPublish, is_archive_queue};
+use super::archive::{ArchiveOwner, ArchivedPublish, is_archive_queue};
 use super::publish::{Stamp, Target, TargetKind};
 use super::push::{delivery_queue, is_push};
 use super::{SubscriptionDefinition, TopicDefinition, validate_endpoint_kind};
@@ -112,8 +113,8 @@ pub(crate) struct ReplayTask {
 /// What starts a replay.
 #[derive(Debug, Clone)]
 pub struct ReplayRequest {
-    /// The topic whose archive is replayed.
-    pub topic_arn: String,
+    /// The topic or queue whose archive is replayed.
+    pub source_arn: String,
     /// A queue's ARN, or a subscription's of the topic.
     pub destination_arn: String,
     /// Publishes from this time…
@@ -138,8 +139,8 @@ pub struct ReplayRequest {
 pub struct Replay {
     /// Its handle (for CancelReplay).
     pub handle: String,
-    /// The topic replayed.
-    pub topic_arn: String,
+    /// The topic or queue whose archive is replayed.
+    pub source_arn: String,
     /// The queue or subscription it delivers to.
     pub destination_arn: String,
     /// The filter policy it applies, if any (a queue's, or the
@@ -289,24 +290,26 @@ enum Slice {
 }
 
 impl Engine {
-    /// Starts a replay of `request.topic_arn`'s archive.
+    /// Starts a replay of `request.source_arn`'s archive.
     pub async fn start_replay(&self, request: ReplayRequest) -> Result<Replay, EngineError> {
-        let name = self
-            .realm()
-            .topic_name_from_arn("TopicArn", &request.topic_arn)?;
-        let (definition, _) = self.topic_definition(&name).await?;
-        if definition.archive.is_none() {
-            return Err(SqsError::sns_invalid_parameter(
-                "TopicArn",
-                format_args!(
-                    "{} keeps no archive to replay; set its ArchivePolicy first.",
-                    request.topic_arn
-                ),
-            )
-            .into());
+        let owner = ArchiveOwner::from_arn(self.realm(), "SourceArn", &request.source_arn)?;
+        if let ArchiveOwner::Queue(queue) = &owner {
+            // Its existence first: a queue that never kept an archive has
+            // no record to find.
+            self.queue(queue).await?;
         }
+        let definition = match self.owner_definition(&owner).await {
+            Ok((definition, _)) if definition.archive.is_some() => definition,
+            Err(EngineError::Sqs(error))
+                if error.code == ErrorCode::NotFound && matches!(owner, ArchiveOwner::Queue(_)) =>
+            {
+                return Err(owner.without_archive(self.realm()).into());
+            }
+            Ok(_) => return Err(owner.without_archive(self.realm()).into()),
+            Err(other) => return Err(other),
+        };
         let destination = self
-            .replay_destination(&name, &definition, &request)
+            .replay_destination(&owner, &definition, &request)
             .await?;
         let now = self.now();
         let end = request.end.unwrap_or(now);
@@ -349,32 +352,34 @@ impl Engine {
             runner: Some(self.inner.runner_id.clone()),
             lease_until: now + LEASE_MILLIS,
         };
-        self.change_topic(&name, |definition| {
+        self.change_owner(&owner, |definition| {
             definition.replays.push(task.clone());
             definition.prune_replays();
             Ok(())
         })
         .await?;
-        tracing::info!(topic = %name, replay = %task.handle, "replay started");
-        let replay = self.replay_view(&name, &definition, &task);
-        self.spawn_replay(name, task.handle);
+        tracing::info!(source = %owner, replay = %task.handle, "replay started");
+        let replay = self.replay_view(&owner, &definition, &task);
+        self.spawn_replay(owner, task.handle);
         Ok(replay)
     }
 
     /// Checks the destination a replay names and keeps it as the task will.
     async fn replay_destination(
         &self,
-        topic: &TopicName,
+        owner: &ArchiveOwner,
         definition: &TopicDefinition,
         request: &ReplayRequest,
     ) -> Result<ReplayDestination, EngineError> {
         let arn = &request.destination_arn;
         if arn.starts_with("arn:aws:sns:") {
             let (of, id) = self.realm().subscription_from_arn(arn)?;
-            if &of != topic || !definition.subscriptions.iter().any(|s| s.id == id) {
+            if owner != &ArchiveOwner::Topic(of)
+                || !definition.subscriptions.iter().any(|s| s.id == id)
+            {
                 return Err(SqsError::sns_invalid_parameter(
                     "DestinationArn",
-                    format_args!("{arn} is not a subscription of {}.", request.topic_arn),
+                    format_args!("{arn} is not a subscription of {}.", request.source_arn),
                 )
                 .into());
             }
@@ -401,7 +406,25 @@ impl Engine {
             )
             .into());
         }
-        validate_endpoint_kind(definition, Some(&queue), arn)?;
+        match owner {
+            ArchiveOwner::Topic(_) => validate_endpoint_kind(definition, Some(&queue), arn)?,
+            ArchiveOwner::Queue(_) => {
+                let fifo_archive = definition
+                    .archive
+                    .as_ref()
+                    .is_some_and(|archive| archive.fifo);
+                if queue.is_fifo() && !fifo_archive {
+                    return Err(SqsError::sns_invalid_parameter(
+                        "DestinationArn",
+                        format_args!(
+                            "{arn} is a FIFO queue; a standard queue's messages have no group \
+                             to keep in order there."
+                        ),
+                    )
+                    .into());
+                }
+            }
+        }
         match self.queue(&queue).await {
             Err(EngineError::Sqs(error)) if error.code == ErrorCode::QueueDoesNotExist => {
                 return Err(SqsError::sns_invalid_parameter(
@@ -418,20 +441,26 @@ impl Engine {
         }
         Ok(ReplayDestination::Queue {
             arn: arn.clone(),
-            raw_message_delivery: request.raw_message_delivery,
+            // A queue's archive holds messages as they were sent, not
+            // publishes: they come back as sent.
+            raw_message_delivery: request.raw_message_delivery
+                || matches!(owner, ArchiveOwner::Queue(_)),
             filter_policy: request.filter_policy.clone(),
         })
     }
 
     fn replay_view(
         &self,
-        topic: &TopicName,
+        owner: &ArchiveOwner,
         definition: &TopicDefinition,
         task: &ReplayTask,
     ) -> Replay {
         let (destination_arn, filter_policy) = match &task.destination {
             ReplayDestination::Subscription { id } => (
-                self.realm().subscription_arn(topic, id),
+                match owner {
+                    ArchiveOwner::Topic(topic) => self.realm().subscription_arn(topic, id),
+                    ArchiveOwner::Queue(_) => id.clone(),
+                },
                 definition
                     .subscriptions
                     .iter()
@@ -446,7 +475,7 @@ impl Engine {
         };
         Replay {
             handle: task.handle.clone(),
-            topic_arn: self.realm().topic_arn(topic),
+            source_arn: owner.arn(self.realm()),
             destination_arn,
             filter_policy,
             start: task.from,
@@ -462,18 +491,18 @@ impl Engine {
         }
     }
 
-    /// Every replay kept (running and the latest ended), of one topic or of
-    /// all, newest first.
-    pub async fn list_replays(&self, topic_arn: Option<&str>) -> Result<Vec<Replay>, EngineError> {
-        let only = topic_arn
-            .map(|arn| self.realm().topic_name_from_arn("TopicArn", arn))
+    /// Every replay kept (running and the latest ended), of one topic's or
+    /// queue's archive or of all, newest first.
+    pub async fn list_replays(&self, source_arn: Option<&str>) -> Result<Vec<Replay>, EngineError> {
+        let only = source_arn
+            .map(|arn| ArchiveOwner::from_arn(self.realm(), "SourceArn", arn))
             .transpose()?;
         let mut replays = Vec::new();
         for record in self.inner.store.topic_list().await? {
-            let Ok(name) = record.name.parse::<TopicName>() else {
+            let Some(owner) = ArchiveOwner::from_key(&record.name) else {
                 continue;
             };
-            if only.as_ref().is_some_and(|only| only != &name) {
+            if only.as_ref().is_some_and(|only| only != &owner) {
                 continue;
             }
             let definition = TopicDefinition::decode(&record)?;
@@ -481,24 +510,24 @@ impl Engine {
                 definition
                     .replays
                     .iter()
-                    .map(|task| self.replay_view(&name, &definition, task)),
+                    .map(|task| self.replay_view(&owner, &definition, task)),
             );
         }
         replays.sort_by_key(|replay| std::cmp::Reverse(replay.started_at));
         Ok(replays)
     }
 
-    /// Cancels a running replay of `topic_arn`; what it delivered stays
-    /// delivered.
+    /// Cancels a running replay of `source_arn`'s archive; what it
+    /// delivered stays delivered.
     pub async fn cancel_replay(
         &self,
-        topic_arn: &str,
+        source_arn: &str,
         handle: &str,
     ) -> Result<Replay, EngineError> {
-        let name = self.realm().topic_name_from_arn("TopicArn", topic_arn)?;
+        let owner = ArchiveOwner::from_arn(self.realm(), "SourceArn", source_arn)?;
         let now = self.now();
         let (definition, task) = self
-            .change_topic(&name, |definition| {
+            .change_owner(&owner, |definition| {
                 let task = definition
                     .replays
                     .iter_mut()
@@ -516,8 +545,8 @@ impl Engine {
                 Ok((definition.clone(), task))
             })
             .await?;
-        tracing::info!(topic = %name, replay = %handle, replayed = task.replayed, "replay cancelled");
-        Ok(self.replay_view(&name, &definition, &task))
+        tracing::info!(source = %owner, replay = %handle, replayed = task.replayed, "replay cancelled");
+        Ok(self.replay_view(&owner, &definition, &task))
     }
 
     /// Cancels the running replays to subscription `id` (its
@@ -548,7 +577,7 @@ impl Engine {
     pub(crate) async fn adopt_replays(&self, restarted: bool) -> Result<(), EngineError> {
         let now = self.now();
         for record in self.inner.store.topic_list().await? {
-            let Ok(name) = record.name.parse::<TopicName>() else {
+            let Some(owner) = ArchiveOwner::from_key(&record.name) else {
                 continue;
             };
             for task in TopicDefinition::decode(&record)?.replays {
@@ -559,20 +588,20 @@ impl Engine {
                 if restarted && !self.inner.shared_store && !mine {
                     // The lease names a runner of this node before the
                     // restart: nobody runs the replay now.
-                    self.take_replay(&name, &task.handle).await?;
+                    self.take_replay(&owner, &task.handle).await?;
                 } else if !mine && task.lease_until > now {
                     continue;
                 }
-                self.spawn_replay(name.clone(), task.handle);
+                self.spawn_replay(owner.clone(), task.handle);
             }
         }
         Ok(())
     }
 
     /// Makes this engine's runner the holder of replay `handle`.
-    async fn take_replay(&self, topic: &TopicName, handle: &str) -> Result<(), EngineError> {
+    async fn take_replay(&self, owner: &ArchiveOwner, handle: &str) -> Result<(), EngineError> {
         let now = self.now();
-        self.change_topic(topic, |definition| {
+        self.change_owner(owner, |definition| {
             if let Some(task) = definition
                 .replays
                 .iter_mut()
@@ -586,7 +615,7 @@ impl Engine {
         .await
     }
 
-    fn spawn_replay(&self, topic: TopicName, handle: String) {
+    fn spawn_replay(&self, owner: ArchiveOwner, handle: String) {
         if !self
             .inner
             .replay_runners
@@ -606,7 +635,7 @@ impl Engine {
                     () = shutdown.cancelled() => break,
                     _ = ticker.tick() => {}
                 }
-                match engine.replay_step(&topic, &handle, &mut pace).await {
+                match engine.replay_step(&owner, &handle, &mut pace).await {
                     Ok(true) => break,
                     Ok(false) => {}
                     Err(error) => {
@@ -627,13 +656,13 @@ impl Engine {
     /// (ended, or held by another runner).
     async fn replay_step(
         &self,
-        topic: &TopicName,
+        owner: &ArchiveOwner,
         handle: &str,
         pace: &mut Pace,
     ) -> Result<bool, EngineError> {
         let me = self.inner.runner_id.clone();
         let now = self.now();
-        let (definition, _) = match self.topic_definition(topic).await {
+        let (definition, _) = match self.owner_definition(owner).await {
             Ok(found) => found,
             Err(EngineError::Sqs(error)) if error.code == ErrorCode::NotFound => return Ok(true),
             Err(other) => return Err(other),
@@ -649,7 +678,7 @@ impl Engine {
             // Claimed (or renewed) before anything is delivered, so two
             // runners never deliver the same slice on purpose.
             let claimed = self
-                .change_topic(topic, |definition| {
+                .change_owner(owner, |definition| {
                     Ok(definition
                         .replays
                         .iter_mut()
@@ -674,9 +703,9 @@ impl Engine {
         if limit == 0 {
             return Ok(false);
         }
-        let slice = self.replay_slice(topic, &definition, task, limit).await?;
+        let slice = self.replay_slice(owner, &definition, task, limit).await?;
         let finished = self
-            .change_topic(topic, |definition| {
+            .change_owner(owner, |definition| {
                 let Some(task) = definition
                     .replays
                     .iter_mut()
@@ -713,7 +742,7 @@ impl Engine {
             })
             .await?;
         if finished {
-            tracing::info!(topic = %topic, replay = %handle, "replay ended");
+            tracing::info!(source = %owner, replay = %handle, "replay ended");
         }
         Ok(finished)
     }
@@ -722,20 +751,20 @@ impl Engine {
     /// publishes of its range to its destination, in one store write.
     async fn replay_slice(
         &self,
-        topic: &TopicName,
+        owner: &ArchiveOwner,
         definition: &TopicDefinition,
         task: &ReplayTask,
         limit: i64,
     ) -> Result<Slice, EngineError> {
         let Some(archive) = &definition.archive else {
             return Ok(Slice::Failed(
-                "The topic's archive was turned off; nothing is left to replay.".to_owned(),
+                "The archive was turned off; nothing is left to replay.".to_owned(),
             ));
         };
         let archive_queue = match self.queue(&archive.queue()).await {
             Ok(queue) => queue,
             Err(EngineError::Sqs(error)) if error.code == ErrorCode::QueueDoesNotExist => {
-                return Ok(Slice::Failed("The topic's archive is gone.".to_owned()));
+                return Ok(Slice::Failed("The archive is gone.".to_owned()));
             }
             Err(other) => return Err(other),
         };
@@ -752,7 +781,7 @@ impl Engine {
                 after_seq: task.cursor,
             })
             .await?;
-        let topic_arn = self.realm().topic_arn(topic);
+        let source_arn = owner.arn(self.realm());
         let fifo = target.queue.name.is_fifo();
         let (mut cursor, mut replayed, mut skipped) = (task.cursor, 0, 0);
         let mut done = page.len() < PAGE as usize;
@@ -802,7 +831,7 @@ impl Engine {
                 &target,
                 &entry,
                 &stamp,
-                &topic_arn,
+                &source_arn,
                 &self.realm().account_id,
                 &task.endpoint,
             ) {

@@ -11,8 +11,9 @@ use crate::error::ApiError;
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Request {
-    /// The topic replayed.
-    pub topic_arn: String,
+    /// The topic or queue whose archive is replayed.
+    #[serde(alias = "TopicArn")]
+    pub source_arn: String,
     /// The replay's handle.
     pub task_handle: String,
 }
@@ -29,7 +30,7 @@ pub struct Response {
 pub async fn handle(context: &RequestContext, request: Request) -> Result<Response, ApiError> {
     let replay = context
         .engine
-        .cancel_replay(&request.topic_arn, &request.task_handle)
+        .cancel_replay(&request.source_arn, &request.task_handle)
         .await?;
     Ok(Response {
         replay: replay.into(),

@@ -1,5 +1,5 @@
 //! `AckBox.ListReplays` (extension): the replay audit log — running replays
-//! and each topic's latest ended ones; see `docs/topics.md`.
+//! and the latest ended ones of each archive; see `docs/topics.md`.
 
 use serde::{Deserialize, Serialize};
 
@@ -11,9 +11,10 @@ use crate::error::ApiError;
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Request {
-    /// Only this topic's replays; every topic's when absent.
-    #[serde(default)]
-    pub topic_arn: Option<String>,
+    /// Only the replays of this topic's or queue's archive; all when
+    /// absent.
+    #[serde(default, alias = "TopicArn")]
+    pub source_arn: Option<String>,
 }
 
 /// ListReplays response.
@@ -28,12 +29,12 @@ pub struct Response {
 pub async fn handle(context: &RequestContext, request: Request) -> Result<Response, ApiError> {
     let replays = context
         .engine
-        .list_replays(request.topic_arn.as_deref())
+        .list_replays(request.source_arn.as_deref())
         .await?;
     Ok(Response {
         replays: replays
             .into_iter()
-            .filter(|replay| context.may_use_topic(&replay.topic_arn))
+            .filter(|replay| context.may_use_archive_of(&replay.source_arn))
             .map(ReplayEntry::from)
             .collect(),
     })

@@ -139,6 +139,15 @@ impl RequestContext {
             .is_ok_and(|name| self.caller.may_use_topic(name.as_str()))
     }
 
+    /// Whether the caller may see and use the topic or queue whose ARN is
+    /// `arn` (a replay's source, for listings).
+    pub fn may_use_archive_of(&self, arn: &str) -> bool {
+        match self.engine.realm().queue_name_from_arn(arn) {
+            Some(queue) => self.may_use_queue(queue.as_str()),
+            None => self.may_use_topic(arn),
+        }
+    }
+
     /// Refuses with `AccessDenied` unless the caller holds `permission` on
     /// every resource. A resource that names nothing this server could
     /// have (a garbled URL, an unknown task) is left to the handler, which
@@ -357,23 +366,32 @@ impl Resources for start_replay::Request {
         } else {
             Resource::QueueArn(&self.destination_arn)
         };
-        vec![Resource::TopicArn(&self.topic_arn), destination]
+        vec![archive_source(&self.source_arn), destination]
+    }
+}
+
+/// The topic or queue whose archive a replay reads.
+fn archive_source(arn: &str) -> Resource<'_> {
+    if arn.starts_with("arn:aws:sqs:") {
+        Resource::QueueArn(arn)
+    } else {
+        Resource::TopicArn(arn)
     }
 }
 
 impl Resources for list_replays::Request {
     fn resources(&self) -> Vec<Resource<'_>> {
         vec![
-            self.topic_arn
+            self.source_arn
                 .as_deref()
-                .map_or(Resource::Listing, Resource::TopicArn),
+                .map_or(Resource::Listing, archive_source),
         ]
     }
 }
 
 impl Resources for cancel_replay::Request {
     fn resources(&self) -> Vec<Resource<'_>> {
-        vec![Resource::TopicArn(&self.topic_arn)]
+        vec![archive_source(&self.source_arn)]
     }
 }
 

@@ -1,6 +1,6 @@
 //! `AckBox.StartReplay` (extension): delivers a topic's archived publishes
-//! from a time range again, to a queue or one of its subscriptions; see
-//! `docs/topics.md`.
+//! or a queue's archived sends from a time range again, to a queue (or one
+//! of the topic's subscriptions); see `docs/topics.md`.
 
 use ackbox_engine::topic::{Replay, ReplayRequest};
 use serde::{Deserialize, Serialize};
@@ -12,8 +12,10 @@ use crate::error::ApiError;
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct Request {
-    /// The topic whose archive is replayed.
-    pub topic_arn: String,
+    /// The topic or queue whose archive is replayed (`TopicArn` too, as
+    /// before queues kept archives).
+    #[serde(alias = "TopicArn")]
+    pub source_arn: String,
     /// A queue's ARN, or the ARN of one of the topic's subscriptions.
     pub destination_arn: String,
     /// Publishes from this time, epoch milliseconds…
@@ -39,8 +41,11 @@ pub struct Request {
 pub struct ReplayEntry {
     /// Its handle, for CancelReplay.
     pub task_handle: String,
-    /// The topic replayed.
-    pub topic_arn: String,
+    /// The topic or queue whose archive is replayed.
+    pub source_arn: String,
+    /// The same, when it is a topic (as before queues kept archives).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic_arn: Option<String>,
     /// The queue or subscription it delivers to.
     pub destination_arn: String,
     /// The filter policy it applies, if any.
@@ -75,7 +80,11 @@ impl From<Replay> for ReplayEntry {
     fn from(replay: Replay) -> Self {
         Self {
             task_handle: replay.handle,
-            topic_arn: replay.topic_arn,
+            topic_arn: replay
+                .source_arn
+                .starts_with("arn:aws:sns:")
+                .then(|| replay.source_arn.clone()),
+            source_arn: replay.source_arn,
             destination_arn: replay.destination_arn,
             filter_policy: replay.filter_policy,
             start_timestamp: replay.start,
@@ -105,7 +114,7 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
     let replay = context
         .engine
         .start_replay(ReplayRequest {
-            topic_arn: request.topic_arn,
+            source_arn: request.source_arn,
             destination_arn: request.destination_arn,
             start: request.start_timestamp,
             end: request.end_timestamp,

@@ -317,7 +317,7 @@ pub(crate) async fn replay(
         );
     };
     let request = ReplayRequest {
-        topic_arn: engine.realm().topic_arn(&name),
+        source_arn: engine.realm().topic_arn(&name),
         destination_arn: engine.realm().queue_arn(&destination),
         start,
         end,

@@ -12,6 +12,7 @@ mod long_poll;
 mod messages;
 mod parity;
 mod push;
+mod queue_archive;
 mod queues;
 mod replay;
 mod topics;

@@ -14,7 +14,7 @@ use super::*;
 
 const MINUTE: i64 = 60_000;
 
-fn arn(queue: &str) -> String {
+pub(super) fn arn(queue: &str) -> String {
     format!("arn:aws:sqs:us-east-1:000000000000:{queue}")
 }
 
@@ -29,7 +29,7 @@ fn kind(value: &str) -> SnsAttribute {
 /// Every message of a FIFO queue with its group, in the order received,
 /// each deleted once read (a group is held while one of its messages is
 /// leased).
-async fn take_fifo(
+pub(super) async fn take_fifo(
     client: &aws_sdk_sqs::Client,
     url: &str,
 ) -> Vec<(String, aws_sdk_sqs::types::Message)> {
@@ -66,7 +66,7 @@ async fn take_fifo(
     messages
 }
 
-fn attribute(message: &aws_sdk_sqs::types::Message, name: &str) -> Option<String> {
+pub(super) fn attribute(message: &aws_sdk_sqs::types::Message, name: &str) -> Option<String> {
     message
         .message_attributes()
         .and_then(|attributes| attributes.get(name))
@@ -78,18 +78,19 @@ fn envelope(message: &aws_sdk_sqs::types::Message) -> Value {
     serde_json::from_str(message.body().unwrap()).unwrap()
 }
 
-async fn start_replay(server: &TestServer, request: Value) -> (u16, Value) {
+pub(super) async fn start_replay(server: &TestServer, request: Value) -> (u16, Value) {
     call_json(&server.url(), "AckBox.StartReplay", &request).await
 }
 
-/// Waits for the replay `handle` to end; its last report.
-async fn ended(server: &TestServer, topic: &str, handle: &str) -> Value {
+/// Waits for the replay `handle` of `source`'s archive to end; its last
+/// report.
+pub(super) async fn ended(server: &TestServer, source: &str, handle: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (status, listing) = call_json(
             &server.url(),
             "AckBox.ListReplays",
-            &json!({"TopicArn": topic}),
+            &json!({"SourceArn": source}),
         )
         .await;
         assert_eq!(status, 200, "{listing}");

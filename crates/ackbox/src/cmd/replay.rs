@@ -1,5 +1,6 @@
 //! `ackbox replay start|list|cancel`: deliver a topic's archived publishes
-//! again, into a queue or to one of its subscriptions.
+//! (into a queue or to one of its subscriptions) or a queue's archived
+//! sends (into a queue) again.
 
 use std::time::Duration;
 
@@ -22,11 +23,10 @@ pub(crate) struct Args {
 
 #[derive(Debug, clap::Subcommand)]
 enum ReplayCommand {
-    /// Deliver a topic's archived publishes from a time range again.
+    /// Deliver a topic's or a queue's archived messages from a time range again.
     Start {
-        /// The topic (name or ARN); it needs an ArchivePolicy.
-        #[arg(long)]
-        topic: String,
+        #[command(flatten)]
+        source: Source,
         /// Into this queue (name)…
         #[arg(
             long,
@@ -58,18 +58,42 @@ enum ReplayCommand {
     },
     /// The replay audit log: running replays and the latest ended ones.
     List {
-        /// Only this topic's (name or ARN).
-        #[arg(long)]
+        /// Only the replays of this topic's archive (name or ARN)…
+        #[arg(long, conflicts_with = "queue")]
         topic: Option<String>,
+        /// …or of this queue's.
+        #[arg(long)]
+        queue: Option<String>,
     },
     /// Stop a running replay; what it delivered stays delivered.
     Cancel {
-        /// The topic (name or ARN).
-        #[arg(long)]
-        topic: String,
+        #[command(flatten)]
+        source: Source,
         /// The handle `replay start` printed.
         handle: String,
     },
+}
+
+/// The archive a replay reads: a topic's or a queue's.
+#[derive(Debug, clap::Args)]
+#[group(required = true, multiple = false)]
+struct Source {
+    /// A topic (name or ARN) with an ArchivePolicy.
+    #[arg(long)]
+    topic: Option<String>,
+    /// A queue (name) with an AckBoxArchivePolicy.
+    #[arg(long)]
+    queue: Option<String>,
+}
+
+impl Source {
+    async fn arn(&self, client: &ApiClient) -> anyhow::Result<String> {
+        match (&self.topic, &self.queue) {
+            (Some(topic), _) => topic_arn(client, topic).await,
+            (None, Some(queue)) => queue_arn(client, queue).await,
+            (None, None) => anyhow::bail!("name a topic (--topic) or a queue (--queue)"),
+        }
+    }
 }
 
 /// A time given on the command line: absolute, or an age before now.
@@ -158,7 +182,7 @@ fn describe(replay: &Value) -> String {
 /// Follows replay `handle` until it ends; completed is success.
 async fn follow(
     client: &ApiClient,
-    topic_arn: &str,
+    source_arn: &str,
     handle: &str,
     json_output: bool,
 ) -> anyhow::Result<()> {
@@ -173,7 +197,7 @@ async fn follow(
     );
     let replay = loop {
         let reply = client
-            .call("AckBox.ListReplays", &json!({ "TopicArn": topic_arn }))
+            .call("AckBox.ListReplays", &json!({ "SourceArn": source_arn }))
             .await?;
         let replay = reply["Replays"]
             .as_array()
@@ -203,7 +227,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
     let json_output = args.endpoint.json;
     match args.command {
         ReplayCommand::Start {
-            topic,
+            source,
             to,
             subscription,
             from,
@@ -213,7 +237,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             rate,
             detach,
         } => {
-            let topic_arn = topic_arn(&client, &topic).await?;
+            let source_arn = source.arn(&client).await?;
             let destination = match (to, subscription) {
                 (Some(queue), _) => queue_arn(&client, &queue).await?,
                 (None, Some(subscription)) => subscription,
@@ -221,7 +245,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
             };
             let now = SystemClock.now();
             let mut request = json!({
-                "TopicArn": topic_arn,
+                "SourceArn": source_arn,
                 "DestinationArn": destination,
                 "StartTimestamp": from.epoch_millis(now),
                 "RawMessageDelivery": raw,
@@ -244,12 +268,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                 print(json_output, &started, || handle.clone())?;
                 return Ok(());
             }
-            follow(&client, &topic_arn, &handle, json_output).await?;
+            follow(&client, &source_arn, &handle, json_output).await?;
         }
-        ReplayCommand::List { topic } => {
+        ReplayCommand::List { topic, queue } => {
             let mut request = json!({});
-            if let Some(topic) = &topic {
-                request["TopicArn"] = json!(topic_arn(&client, topic).await?);
+            if topic.is_some() || queue.is_some() {
+                request["SourceArn"] = json!(Source { topic, queue }.arn(&client).await?);
             }
             let reply = client.call("AckBox.ListReplays", &request).await?;
             print(json_output, &reply, || {
@@ -260,12 +284,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<()> {
                 replays.iter().map(describe).collect::<Vec<_>>().join("\n")
             })?;
         }
-        ReplayCommand::Cancel { topic, handle } => {
-            let topic_arn = topic_arn(&client, &topic).await?;
+        ReplayCommand::Cancel { source, handle } => {
+            let source_arn = source.arn(&client).await?;
             let reply = client
                 .call(
                     "AckBox.CancelReplay",
-                    &json!({ "TopicArn": topic_arn, "TaskHandle": handle }),
+                    &json!({ "SourceArn": source_arn, "TaskHandle": handle }),
                 )
                 .await?;
             print(json_output, &reply, || {
