@@ -73,6 +73,11 @@ pub fn app(state: AppState) -> Router {
             "/ui/topics/{name}/replay/cancel",
             post(crate::ui::cancel_replay),
         )
+        .route("/ui/queues/{name}/replay", post(crate::ui::queue_replay))
+        .route(
+            "/ui/queues/{name}/replay/cancel",
+            post(crate::ui::queue_cancel_replay),
+        )
         .route("/ui/queues/{name}/redrive", post(crate::ui::redrive))
         .route("/ui/queues/{name}/cancel", post(crate::ui::cancel))
         .route("/ui/queues/{name}/purge", post(crate::ui::purge))

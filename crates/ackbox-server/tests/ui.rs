@@ -471,3 +471,89 @@ async fn a_topics_archive_is_replayed_watched_and_cancelled_from_the_dashboard()
     let (_, _, page) = http(&server, "GET", "/ui/topics/orders", "").await;
     assert!(page.contains("<td>CANCELLED</td>"), "{page}");
 }
+
+/// A queue's archive on its page: what it keeps, a replay started with the
+/// form into another queue and its audit row, a running one cancelled; a
+/// queue without an archive shows no archive section.
+#[tokio::test]
+async fn a_queues_archive_is_replayed_and_cancelled_from_its_page() {
+    let server = TestServer::builder().start().await;
+    let sqs = server.client();
+    let orders = sqs
+        .create_queue()
+        .queue_name("orders")
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::from("AckBoxArchivePolicy"),
+            r#"{"MessageRetentionPeriod":"3"}"#,
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let rebuild = create_queue(&sqs, "rebuild").await;
+    for body in ["o-1", "o-2"] {
+        sqs.send_message()
+            .queue_url(&orders)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    let (_, _, page) = http(&server, "GET", "/ui/queues/rebuild", "").await;
+    assert!(!page.contains("<h2>Archive</h2>"), "{page}");
+    let (status, _, page) = http(&server, "GET", "/ui/queues/orders", "").await;
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("Keeps every message sent 3 day(s); holds 2"),
+        "{page}"
+    );
+    assert!(!page.contains("name=\"raw\""), "messages come back as sent");
+
+    let (status, location, _) = http(
+        &server,
+        "POST",
+        "/ui/queues/orders/replay",
+        "destination=rebuild&from=1h",
+    )
+    .await;
+    assert_eq!(status, 303);
+    assert!(location.unwrap().contains("notice=Replay"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let page = loop {
+        let (_, _, page) = http(&server, "GET", "/ui/queues/orders", "").await;
+        if page.contains("<td>COMPLETED</td>") {
+            break page;
+        }
+        assert!(Instant::now() < deadline, "the replay completes: {page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(page.contains("<td class=\"num\">2</td>"), "{page}");
+    let mut bodies = ackbox_testkit::client::receive_bodies(&sqs, &rebuild).await;
+    bodies.sort_unstable();
+    assert_eq!(bodies, ["o-1", "o-2"]);
+
+    let (_, location, _) = http(
+        &server,
+        "POST",
+        "/ui/queues/orders/replay",
+        "destination=rebuild&from=1h&rate=1",
+    )
+    .await;
+    assert!(location.unwrap().contains("notice=Replay"));
+    let (_, _, page) = http(&server, "GET", "/ui/queues/orders", "").await;
+    let handle = page
+        .split("name=\"handle\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a running replay has a cancel button")
+        .to_owned();
+    let (_, location, _) = http(
+        &server,
+        "POST",
+        "/ui/queues/orders/replay/cancel",
+        &format!("handle={handle}"),
+    )
+    .await;
+    assert!(location.unwrap().contains("notice=Replay+cancelled"));
+}

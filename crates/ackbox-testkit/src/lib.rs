@@ -31,3 +31,4 @@ pub mod process;
 pub mod server;
 pub mod tls;
 pub mod webdriver;
+pub mod writers;

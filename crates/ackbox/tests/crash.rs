@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use ackbox_testkit::client::sqs_client;
 use ackbox_testkit::process::{ServerProcess, free_port};
+use ackbox_testkit::writers::{Writers, send_batch};
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 
@@ -97,60 +98,18 @@ async fn kill9_mid_flight(args: &[&str]) {
         .collect();
     assert_eq!(leased.len(), 10);
 
-    let acknowledged = Arc::new(Mutex::new(HashSet::new()));
-    let mut senders = Vec::new();
-    for sender in 0..8 {
-        let (client, url, acknowledged) = (client.clone(), url.clone(), Arc::clone(&acknowledged));
-        senders.push(tokio::spawn(async move {
-            for round in 0..100_000 {
-                let bodies: Vec<String> = (0..10)
-                    .map(|index| format!("s{sender}-r{round}-m{index}"))
-                    .collect();
-                let mut request = client.send_message_batch().queue_url(&url);
-                for (index, body) in bodies.iter().enumerate() {
-                    request = request.entries(
-                        SendMessageBatchRequestEntry::builder()
-                            .id(index.to_string())
-                            .message_body(body)
-                            .build()
-                            .unwrap(),
-                    );
-                }
-                // Once the server is gone, a send fails and the sender stops;
-                // only answered sends count as acknowledged.
-                let Ok(output) = request.send().await else {
-                    return;
-                };
-                let stored: HashSet<&str> =
-                    output.successful().iter().map(|entry| entry.id()).collect();
-                let mut acknowledged = acknowledged.lock().unwrap();
-                for (index, body) in bodies.into_iter().enumerate() {
-                    if stored.contains(index.to_string().as_str()) {
-                        acknowledged.insert(body);
-                    }
-                }
-            }
-        }));
-    }
+    let writers = Writers::start(8, {
+        let (client, url) = (client.clone(), url.clone());
+        move |bodies| {
+            let (client, url) = (client.clone(), url.clone());
+            async move { send_batch(&client, &url, bodies).await }
+        }
+    });
     // Let the senders get going, then kill the server mid-flight.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while acknowledged.lock().unwrap().len() < 2_000 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    writers.wait_for(2_000, Duration::from_secs(10)).await;
     let killed_at = Instant::now();
     server.kill9();
-    for sender in senders {
-        tokio::time::timeout(Duration::from_secs(60), sender)
-            .await
-            .expect("senders notice the crash")
-            .unwrap();
-    }
-    let acknowledged = acknowledged.lock().unwrap().clone();
-    assert!(
-        acknowledged.len() >= 100,
-        "the senders made progress before the crash ({})",
-        acknowledged.len()
-    );
+    let acknowledged = writers.stopped().await;
 
     let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
     let client = sqs_client(&server.url());

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use ackbox_testkit::client::{sns_client, sqs_client};
 use ackbox_testkit::process::{ServerProcess, free_port};
+use ackbox_testkit::writers::{Writers, publish_batch, send_batch};
 use aws_sdk_sns::types::PublishBatchRequestEntry;
 
 const BINARY: &str = env!("CARGO_BIN_EXE_ackbox");
@@ -61,61 +62,13 @@ async fn kill9_mid_publish(args: &[&str]) {
         urls.push(url);
     }
 
-    let acknowledged = Arc::new(Mutex::new(BTreeSet::new()));
-    let mut publishers = Vec::new();
-    for publisher in 0..6 {
-        let (sns, topic, acknowledged) = (sns.clone(), topic.clone(), Arc::clone(&acknowledged));
-        publishers.push(tokio::spawn(async move {
-            for round in 0..100_000 {
-                let bodies: Vec<String> = (0..10)
-                    .map(|index| format!("p{publisher}-r{round}-m{index}"))
-                    .collect();
-                let mut request = sns.publish_batch().topic_arn(&topic);
-                for (index, body) in bodies.iter().enumerate() {
-                    request = request.publish_batch_request_entries(
-                        PublishBatchRequestEntry::builder()
-                            .id(index.to_string())
-                            .message(body)
-                            .build()
-                            .unwrap(),
-                    );
-                }
-                // Once the server is gone a publish fails and the publisher
-                // stops; only answered entries count as acknowledged.
-                let Ok(output) = request.send().await else {
-                    return;
-                };
-                let published: BTreeSet<&str> = output
-                    .successful()
-                    .iter()
-                    .filter_map(|entry| entry.id())
-                    .collect();
-                let mut acknowledged = acknowledged.lock().unwrap();
-                for (index, body) in bodies.into_iter().enumerate() {
-                    if published.contains(index.to_string().as_str()) {
-                        acknowledged.insert(body);
-                    }
-                }
-            }
-        }));
-    }
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while acknowledged.lock().unwrap().len() < 1_500 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let writers = Writers::start(6, move |bodies| {
+        let (sns, topic) = (sns.clone(), topic.clone());
+        async move { publish_batch(&sns, &topic, bodies).await }
+    });
+    writers.wait_for(1_500, Duration::from_secs(15)).await;
     server.kill9();
-    for publisher in publishers {
-        tokio::time::timeout(Duration::from_secs(60), publisher)
-            .await
-            .expect("publishers notice the crash")
-            .unwrap();
-    }
-    let acknowledged = acknowledged.lock().unwrap().clone();
-    assert!(
-        acknowledged.len() >= 100,
-        "the publishers made progress before the crash ({})",
-        acknowledged.len()
-    );
+    let acknowledged = writers.stopped().await;
 
     let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
     let sqs = sqs_client(&server.url());
@@ -508,56 +461,16 @@ async fn kill9_mid_archived_send(args: &[&str]) {
         .unwrap()
         .queue_url
         .unwrap();
-    let acknowledged = Arc::new(Mutex::new(BTreeSet::new()));
-    let mut senders = Vec::new();
-    for sender in 0..6 {
-        let (sqs, url, acknowledged) = (sqs.clone(), url.clone(), Arc::clone(&acknowledged));
-        senders.push(tokio::spawn(async move {
-            for round in 0..100_000 {
-                let bodies: Vec<String> = (0..10)
-                    .map(|index| format!("s{sender}-r{round}-m{index}"))
-                    .collect();
-                let mut request = sqs.send_message_batch().queue_url(&url);
-                for (index, body) in bodies.iter().enumerate() {
-                    request = request.entries(
-                        aws_sdk_sqs::types::SendMessageBatchRequestEntry::builder()
-                            .id(index.to_string())
-                            .message_body(body)
-                            .build()
-                            .unwrap(),
-                    );
-                }
-                let Ok(output) = request.send().await else {
-                    return;
-                };
-                let sent: BTreeSet<&str> =
-                    output.successful().iter().map(|entry| entry.id()).collect();
-                let mut acknowledged = acknowledged.lock().unwrap();
-                for (index, body) in bodies.into_iter().enumerate() {
-                    if sent.contains(index.to_string().as_str()) {
-                        acknowledged.insert(body);
-                    }
-                }
-            }
-        }));
-    }
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while acknowledged.lock().unwrap().len() < 1_500 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let writers = Writers::start(6, {
+        let url = url.clone();
+        move |bodies| {
+            let (sqs, url) = (sqs.clone(), url.clone());
+            async move { send_batch(&sqs, &url, bodies).await }
+        }
+    });
+    writers.wait_for(1_500, Duration::from_secs(15)).await;
     server.kill9();
-    for sender in senders {
-        tokio::time::timeout(Duration::from_secs(60), sender)
-            .await
-            .expect("senders notice the crash")
-            .unwrap();
-    }
-    let acknowledged = acknowledged.lock().unwrap().clone();
-    assert!(
-        acknowledged.len() >= 100,
-        "the senders made progress before the crash ({})",
-        acknowledged.len()
-    );
+    let acknowledged = writers.stopped().await;
 
     let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
     let sqs = sqs_client(&server.url());

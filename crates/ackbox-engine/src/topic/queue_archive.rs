@@ -103,8 +103,10 @@ impl Engine {
         if !created {
             self.change_owner(&owner, |definition| {
                 match &mut definition.archive {
-                    Some(kept) => kept.retention_days = retention_days,
-                    None => definition.archive = Some(archive.clone()),
+                    Some(kept) if kept.id == archive.id => kept.retention_days = retention_days,
+                    // A record a queue of the same name left (its delete
+                    // stopped before the record went): this queue's own.
+                    _ => definition.archive = Some(archive.clone()),
                 }
                 Ok(())
             })

@@ -3,7 +3,7 @@
 //! (`topics.rs`); queues with their depths; a queue's
 //! attributes; a dead-letter queue's failure classes and messages; starting
 //! (or dry-running), watching and cancelling a redrive; purging with a typed
-//! confirmation. With `--ui-read-only` every form is gone and every POST is
+//! confirmation; a queue's or topic's archive and its replays (`archive.rs`). With `--ui-read-only` every form is gone and every POST is
 //! refused.
 
 use std::collections::BTreeMap;
@@ -23,8 +23,10 @@ use serde::Deserialize;
 use crate::app::AppState;
 use crate::auth::Caller;
 
+mod archive;
 mod topics;
 
+use archive::{ArchiveOf, CancelReplayForm, ReplayForm};
 pub(crate) use topics::{cancel_replay, replay, topic, topics};
 
 /// Escapes text for HTML element content and attribute values.
@@ -199,6 +201,7 @@ pub(crate) async fn queue(
     if depth.as_ref().is_some_and(|depth| depth.dead_letter_queue) {
         running = dead_letter_sections(&state, &caller, &name, &mut body).await;
     }
+    archive::section(&state, &caller, &ArchiveOf::Queue(name.clone()), &mut body).await;
     body.push_str("<h2>Attributes</h2><table>");
     for (key, value) in &attributes {
         let _ = write!(
@@ -412,6 +415,34 @@ fn target(
         return Err(Refusal::Denied(permission));
     }
     Ok(name)
+}
+
+/// `POST /ui/queues/{name}/replay`: a replay of the queue's archive.
+pub(crate) async fn queue_replay(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(form): Form<ReplayForm>,
+) -> Response {
+    match target(&state, &caller, "StartReplay", &headers, &name) {
+        Ok(name) => archive::start(&state, &caller, &headers, &ArchiveOf::Queue(name), form).await,
+        Err(refusal) => refusal.into_response(),
+    }
+}
+
+/// `POST /ui/queues/{name}/replay/cancel`.
+pub(crate) async fn queue_cancel_replay(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(form): Form<CancelReplayForm>,
+) -> Response {
+    match target(&state, &caller, "CancelReplay", &headers, &name) {
+        Ok(name) => archive::cancel(&state, &ArchiveOf::Queue(name), form).await,
+        Err(refusal) => refusal.into_response(),
+    }
 }
 
 /// Whether this dashboard acts on forms at all, and on this one. A browser

@@ -8,7 +8,8 @@
 //! (`deliveries`) rise; both are reported. SNS actions go over AWS JSON 1.0
 //! (`SNS_20100331.PublishBatch`), which ackbox answers as it answers
 //! SNS's query protocol. With `--archive` each count also runs with the
-//! topic keeping an archive, which is one more copy per publish.
+//! topic keeping an archive, which is one more copy per publish, and the
+//! plain send also runs to a queue keeping one (`AckBoxArchivePolicy`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +20,9 @@ use serde_json::{Value, json};
 
 use super::report::{CpuMeter, Errors, Report, micros, new_histogram, report};
 use crate::api_client::ApiClient;
+
+/// The archive a measured topic or queue keeps.
+const ONE_DAY_ARCHIVE: &str = r#"{"MessageRetentionPeriod":"1"}"#;
 
 /// One fan-out run's settings.
 #[derive(Debug, Clone)]
@@ -37,7 +41,7 @@ pub(super) struct Fanout {
 /// What one measurement runs: the plain send, or a publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Shape {
-    Send,
+    Send { archived: bool },
     Publish { subscribers: usize, archived: bool },
 }
 
@@ -56,7 +60,9 @@ pub(super) async fn fanout(client: &ApiClient, settings: &Fanout) -> anyhow::Res
     } else {
         &[false]
     };
-    let shapes: Vec<Shape> = std::iter::once(Shape::Send)
+    let shapes: Vec<Shape> = archived
+        .iter()
+        .map(|&archived| Shape::Send { archived })
         .chain(settings.subscribers.iter().flat_map(|&subscribers| {
             archived.iter().map(move |&archived| Shape::Publish {
                 subscribers,
@@ -68,8 +74,13 @@ pub(super) async fn fanout(client: &ApiClient, settings: &Fanout) -> anyhow::Res
         for offset in 0..shapes.len() {
             let shape = shapes[(round + offset) % shapes.len()];
             let measured = match shape {
-                Shape::Send => {
-                    send_round(client, settings, &format!("{}-r{round}-0", settings.name)).await?
+                Shape::Send { archived } => {
+                    let label = format!(
+                        "{}-r{round}-0{}",
+                        settings.name,
+                        if archived { "a" } else { "" }
+                    );
+                    send_round(client, settings, &label, archived).await?
                 }
                 Shape::Publish {
                     subscribers,
@@ -97,7 +108,9 @@ fn archive_note(archived: bool) -> &'static str {
 
 fn print(measured: &Measured, round: usize) {
     let what = match measured.shape {
-        Shape::Send => "SendMessageBatch to one queue".to_owned(),
+        Shape::Send { archived } => {
+            format!("SendMessageBatch to one queue{}", archive_note(archived))
+        }
         Shape::Publish {
             subscribers,
             archived,
@@ -122,11 +135,11 @@ fn summarize(results: &[Measured]) {
         rates.sort_by(f64::total_cmp);
         rates.get(rates.len() / 2).copied().unwrap_or(0.0)
     };
-    let send = median(Shape::Send);
+    let send = median(Shape::Send { archived: false });
     let mut shapes: Vec<(usize, bool)> = results
         .iter()
         .filter_map(|result| match result.shape {
-            Shape::Send => None,
+            Shape::Send { .. } => None,
             Shape::Publish {
                 subscribers,
                 archived,
@@ -136,6 +149,16 @@ fn summarize(results: &[Measured]) {
     shapes.sort_unstable();
     shapes.dedup();
     println!("median send {send:.0} msg/s");
+    if results
+        .iter()
+        .any(|result| result.shape == Shape::Send { archived: true })
+    {
+        let archived = median(Shape::Send { archived: true });
+        println!(
+            "median send to a queue keeping an archive: {archived:.0} msg/s = {:.2}× send",
+            if send > 0.0 { archived / send } else { 0.0 }
+        );
+    }
     for (subscribers, archived) in shapes {
         let publish = median(Shape::Publish {
             subscribers,
@@ -151,8 +174,19 @@ fn summarize(results: &[Measured]) {
 }
 
 async fn create_queue(client: &ApiClient, name: &str) -> anyhow::Result<String> {
+    create_queue_with(client, name, &json!({})).await
+}
+
+async fn create_queue_with(
+    client: &ApiClient,
+    name: &str,
+    attributes: &Value,
+) -> anyhow::Result<String> {
     client
-        .call("CreateQueue", &json!({ "QueueName": name }))
+        .call(
+            "CreateQueue",
+            &json!({ "QueueName": name, "Attributes": attributes }),
+        )
         .await?["QueueUrl"]
         .as_str()
         .map(str::to_owned)
@@ -172,15 +206,22 @@ fn body(size: usize, index: usize) -> String {
     body
 }
 
-/// The plain send: SendMessageBatch to one queue, the fan-out's baseline.
+/// The plain send: SendMessageBatch to one queue, the fan-out's baseline
+/// (to a queue keeping an archive if `archived`).
 async fn send_round(
     client: &ApiClient,
     settings: &Fanout,
     label: &str,
+    archived: bool,
 ) -> anyhow::Result<Measured> {
-    let url = create_queue(client, label).await?;
+    let attributes = if archived {
+        json!({ "AckBoxArchivePolicy": ONE_DAY_ARCHIVE })
+    } else {
+        json!({})
+    };
+    let url = create_queue_with(client, label, &attributes).await?;
     let (batch, size, queue_url) = (settings.batch, settings.body_size, url.clone());
-    let measured = drive(settings, Shape::Send, move |index| {
+    let measured = drive(settings, Shape::Send { archived }, move |index| {
         let entries: Vec<Value> = (0..batch)
             .map(|entry| json!({ "Id": entry.to_string(), "MessageBody": body(size, index + entry) }))
             .collect();
@@ -205,7 +246,7 @@ async fn publish_round(
 ) -> anyhow::Result<Measured> {
     let mut create = json!({ "Name": label });
     if archived {
-        create["Attributes"] = json!({ "ArchivePolicy": r#"{"MessageRetentionPeriod":"1"}"# });
+        create["Attributes"] = json!({ "ArchivePolicy": ONE_DAY_ARCHIVE });
     }
     let topic = client.call("SNS_20100331.CreateTopic", &create).await?["TopicArn"]
         .as_str()
@@ -307,7 +348,7 @@ async fn drive(
     }
     let seconds = started.elapsed().as_secs_f64();
     let mut report = report(
-        if shape == Shape::Send {
+        if matches!(shape, Shape::Send { .. }) {
             "send"
         } else {
             "publish"
