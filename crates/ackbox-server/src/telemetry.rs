@@ -6,6 +6,7 @@
 //! exact at scrape time and cost nothing in between. Every name starts with
 //! `ackbox_`; labels are the queue, the action and the outcome.
 
+use std::collections::HashSet;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -254,8 +255,9 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         )
             .into_response();
     };
-    match state.engine.queue_depths().await {
+    let live = match state.engine.queue_depths().await {
         Ok(depths) => {
+            let live: HashSet<String> = depths.iter().map(|depth| depth.name.to_string()).collect();
             for depth in depths {
                 let queue = depth.name.to_string();
                 let stats = depth.stats;
@@ -274,19 +276,52 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
                         .set((stats.visible + stats.in_flight + stats.delayed) as f64);
                 }
             }
+            Some(live)
         }
-        Err(error) => tracing::warn!(%error, "queue depths unavailable for this scrape"),
-    }
+        Err(error) => {
+            tracing::warn!(%error, "queue depths unavailable for this scrape");
+            None
+        }
+    };
     metrics::gauge!("ackbox_store_disk_full").set(if state.engine.disk_full() { 1.0 } else { 0.0 });
     metrics::gauge!("ackbox_process_resident_memory_bytes").set(resident_memory_bytes() as f64);
     metrics::gauge!("ackbox_open_connections").set(OPEN_CONNECTIONS.load(Ordering::Relaxed) as f64);
     metrics::gauge!("ackbox_worker_threads")
         .set(tokio::runtime::Handle::current().metrics().num_workers() as f64);
+    let text = handle.render();
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        handle.render(),
+        match &live {
+            Some(live) => without_gone_queues(&text, live),
+            None => text,
+        },
     )
         .into_response()
+}
+
+/// `text` without the samples of queues that no longer exist: the exporter
+/// cannot forget a series, and a deleted queue's (its gauges at their last
+/// value) would stay until the process restarts.
+fn without_gone_queues(text: &str, live: &HashSet<String>) -> String {
+    let mut kept = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.starts_with('#') || queue_label(line).is_none_or(|queue| live.contains(queue)) {
+            kept.push_str(line);
+            kept.push('\n');
+        }
+    }
+    kept
+}
+
+/// The value of a sample's `queue` label, if it has one. Queue names need
+/// no escaping: they are letters, digits, `-`, `_` and `.fifo`.
+fn queue_label(sample: &str) -> Option<&str> {
+    let labels = &sample[sample.find('{')?..];
+    let start = ["{queue=\"", ",queue=\""]
+        .iter()
+        .find_map(|key| labels.find(key).map(|at| at + key.len()))?;
+    let length = labels[start..].find('"')?;
+    Some(&labels[start..start + length])
 }
 
 /// Counts a connection as open until the guard drops.

@@ -447,3 +447,45 @@ fn the_grafana_dashboard_filters_by_instance_and_queue_and_reads_documented_seri
         }
     }
 }
+
+/// A deleted queue's series leave `/metrics` with it (its depth gauges
+/// would otherwise stay at their last value until a restart); the other
+/// queues' stay.
+#[tokio::test]
+async fn a_deleted_queues_series_leave_with_it() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let gone = create_queue(&client, "gone").await;
+    create_queue(&client, "kept").await;
+    client
+        .send_message()
+        .queue_url(&gone)
+        .message_body("left behind")
+        .send()
+        .await
+        .unwrap();
+    let before = scrape(&server).await;
+    assert_eq!(
+        sample(
+            &before,
+            "ackbox_queue_messages",
+            &["queue=\"gone\"", "state=\"visible\""]
+        ),
+        Some(1.0)
+    );
+    client.delete_queue().queue_url(&gone).send().await.unwrap();
+    let after = scrape(&server).await;
+    let left: Vec<&str> = after
+        .lines()
+        .filter(|line| line.contains("queue=\"gone\""))
+        .collect();
+    assert!(left.is_empty(), "{left:#?}");
+    assert_eq!(
+        sample(&after, "ackbox_messages_sent_total", &["queue=\"kept\""]),
+        Some(0.0)
+    );
+    assert!(
+        after.contains("# HELP ackbox_messages_sent_total"),
+        "descriptions stay"
+    );
+}
