@@ -237,10 +237,34 @@ def sdk_scenario(sqs, tag):
         messages,
     )
 
-    for queue in (fifo, url, dlq):
+    # ackbox's own attribute: a queue that archives what is sent to it.
+    archives_before = set(sqs.list_queues(QueueNamePrefix="ackbox-archive-").get("QueueUrls", []))
+    archived = sqs.create_queue(
+        QueueName=f"{name}-archived",
+        Attributes={"AckBoxArchivePolicy": json.dumps({"MessageRetentionPeriod": "2"})},
+    )["QueueUrl"]
+    policy = sqs.get_queue_attributes(QueueUrl=archived, AttributeNames=["AckBoxArchivePolicy"])
+    step(
+        "archive: AckBoxArchivePolicy reads back",
+        policy["Attributes"] == {"AckBoxArchivePolicy": '{"MessageRetentionPeriod":"2"}'},
+        policy,
+    )
+    sqs.send_message(QueueUrl=archived, MessageBody="kept twice")
+    archives = set(sqs.list_queues(QueueNamePrefix="ackbox-archive-").get("QueueUrls", [])) - archives_before
+    held = [
+        sqs.get_queue_attributes(QueueUrl=archive, AttributeNames=["ApproximateNumberOfMessages"])[
+            "Attributes"
+        ]["ApproximateNumberOfMessages"]
+        for archive in archives
+    ]
+    step("archive: the send is in the queue's archive", held == ["1"], held)
+
+    for queue in (fifo, url, dlq, archived):
         sqs.delete_queue(QueueUrl=queue)
     remaining = sqs.list_queues(QueueNamePrefix=name).get("QueueUrls", [])
     step("delete: the queues are gone", remaining == [], remaining)
+    archives = set(sqs.list_queues(QueueNamePrefix="ackbox-archive-").get("QueueUrls", [])) - archives_before
+    step("delete: a queue's archive goes with it", archives == set(), archives)
 
 
 def aws(*args):

@@ -72,7 +72,8 @@ impl DepthHistory {
 /// An inline SVG sparkline of `series` (empty when there is nothing to draw).
 pub fn sparkline(series: &[u64]) -> String {
     if series.is_empty() {
-        return String::new();
+        // A queue newer than the first sample: said, not left blank.
+        return "no samples yet (one a minute)".to_owned();
     }
     let (width, height) = (120.0, 24.0);
     let top = series.iter().copied().max().unwrap_or(0).max(1) as f64;
@@ -105,7 +106,7 @@ mod tests {
 
     #[test]
     fn a_sparkline_scales_to_its_highest_sample() {
-        assert_eq!(sparkline(&[]), "");
+        assert_eq!(sparkline(&[]), "no samples yet (one a minute)");
         let line = sparkline(&[0, 5, 10]);
         assert!(
             line.contains("points=\"0.0,22.0 60.0,12.0 120.0,2.0\""),

@@ -557,3 +557,46 @@ async fn a_queues_archive_is_replayed_and_cancelled_from_its_page() {
     .await;
     assert!(location.unwrap().contains("notice=Replay+cancelled"));
 }
+
+/// The list marks a dead-letter queue red only while it holds something;
+/// a queue too new for a depth sample says so instead of a blank.
+#[tokio::test]
+async fn an_empty_dead_letter_queue_is_not_red_and_a_new_queue_says_it_has_no_samples() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let dlq = create_queue(&client, "quiet-dlq").await;
+    let arn = ackbox_testkit::client::queue_arn(&client, &dlq).await;
+    client
+        .create_queue()
+        .queue_name("quiet")
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::RedrivePolicy,
+            format!(r#"{{"deadLetterTargetArn":"{arn}","maxReceiveCount":3}}"#),
+        )
+        .send()
+        .await
+        .unwrap();
+    let (_, _, page) = http(&server, "GET", "/ui/queues/quiet", "").await;
+    assert!(
+        page.contains("Depth over the last hour: no samples yet"),
+        "{page}"
+    );
+    let (_, _, list) = http(&server, "GET", "/ui", "").await;
+    assert!(
+        list.contains("<span class=\"dlq-empty\">dead-letter queue</span>")
+            && !list.contains("<span class=\"dlq\">"),
+        "{list}"
+    );
+    client
+        .send_message()
+        .queue_url(&dlq)
+        .message_body("failed")
+        .send()
+        .await
+        .unwrap();
+    let (_, _, list) = http(&server, "GET", "/ui", "").await;
+    assert!(
+        list.contains("<span class=\"dlq\">dead-letter queue</span>"),
+        "{list}"
+    );
+}

@@ -65,9 +65,9 @@ pub(crate) fn archive_retention(
     settings: &QueueAttributes,
 ) -> Result<Option<i64>, SqsError> {
     match settings.archive_retention_days {
-        Some(_) if is_archive_queue(name) => Err(SqsError::invalid_attribute_value(
+        Some(days) if is_archive_queue(name) => Err(SqsError::invalid_attribute_value(
             ARCHIVE_POLICY,
-            &archive_policy::render(settings.archive_retention_days.unwrap_or_default()),
+            &archive_policy::render(days),
             &format!("{name} is an archive; only the queue it archives keeps one."),
         )),
         days => Ok(days),

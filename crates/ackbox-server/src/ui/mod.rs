@@ -48,7 +48,7 @@ fn escape(text: &str) -> String {
 const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:0;color:#1d2433}
 header{background:#1d2433;color:#fff;padding:10px 20px}header a{color:#fff;text-decoration:none;font-weight:600}
 main{padding:16px 20px}table{border-collapse:collapse;margin:8px 0 20px}td,th{border-bottom:1px solid #dde;padding:4px 10px;text-align:left;vertical-align:top}
-th{background:#f3f4f8}.num{text-align:right}.dlq{color:#b00020;font-weight:600}.notice{background:#fff6d5;padding:8px;border:1px solid #e6d38a}
+th{background:#f3f4f8}.num{text-align:right}.dlq{color:#b00020;font-weight:600}.dlq-empty{color:#5b6275}.notice{background:#fff6d5;padding:8px;border:1px solid #e6d38a}
 .error{background:#fde2e2;border-color:#e08a8a}form{margin:8px 0 20px}input{margin-right:8px}pre{white-space:pre-wrap;margin:0;max-width:60em}";
 
 fn page(title: &str, refresh_seconds: Option<u32>, body: &str) -> Html<String> {
@@ -114,10 +114,14 @@ pub(crate) async fn queues(
             depth.stats.delayed,
             seconds(depth.oldest_age_seconds()),
             crate::history::sparkline(&state.history.series(depth.name.as_str())),
-            if depth.dead_letter_queue {
-                "<span class=\"dlq\">dead-letter queue</span>"
-            } else {
-                ""
+            // Red only while it holds something to look at.
+            match (
+                depth.dead_letter_queue,
+                depth.stats.visible + depth.stats.in_flight + depth.stats.delayed
+            ) {
+                (false, _) => "",
+                (true, 0) => "<span class=\"dlq-empty\">dead-letter queue</span>",
+                (true, _) => "<span class=\"dlq\">dead-letter queue</span>",
             },
         );
     }
