@@ -4,6 +4,13 @@
 //! The checksum is what tells a torn or never-flushed write from a record:
 //! after a crash the last segment may end in a frame whose length or bytes
 //! are garbage, and [`next_frame`] says so instead of handing it on.
+//!
+//! Records appended together are one unit (a topic's fan-out, a send and
+//! its archive copy, a batch): every frame but the group's last has the
+//! length word's top bit set, "more of this group follows", and its
+//! checksum inverted, so a flipped flag never reads as a frame. A power cut
+//! can tear a write between two frames; recovery keeps a group only once
+//! its last frame is there, so it keeps all of a group's records or none.
 
 /// Bytes before every payload: its length and its checksum.
 pub const FRAME_HEADER_BYTES: usize = 8;
@@ -12,6 +19,11 @@ pub const FRAME_HEADER_BYTES: usize = 8;
 /// (SQS messages are at most 1 MiB; this leaves room for their attributes):
 /// reading it as one would make a torn length allocate gigabytes.
 pub const MAX_PAYLOAD_BYTES: usize = 4 << 20;
+
+/// The length word's top bit: more frames of the same group follow. Lengths
+/// never reach it ([`MAX_PAYLOAD_BYTES`] is far below), so frames written
+/// before groups existed read as groups of one.
+const CONTINUES: u32 = 1 << 31;
 
 /// What can be written as a frame's payload: encoded straight into the
 /// frame's buffer, so a record costs no buffer of its own and no copy.
@@ -32,12 +44,13 @@ impl<T: Payload + ?Sized> Payload for &T {
     }
 }
 
-/// Appends `payload` to `out` as one frame.
+/// Appends `payload` to `out` as one frame; `continues` when more frames of
+/// its group follow it.
 ///
 /// # Panics
 /// When `payload` is longer than [`MAX_PAYLOAD_BYTES`]: callers bound what
 /// they log, so a longer one is a bug, not input.
-pub fn encode_frame(out: &mut Vec<u8>, payload: &(impl Payload + ?Sized)) {
+pub fn encode_frame(out: &mut Vec<u8>, payload: &(impl Payload + ?Sized), continues: bool) {
     let start = out.len();
     out.extend_from_slice(&[0; FRAME_HEADER_BYTES]);
     payload.encode_into(out);
@@ -48,8 +61,20 @@ pub fn encode_frame(out: &mut Vec<u8>, payload: &(impl Payload + ?Sized)) {
         encoded.len()
     );
     let length = u32::try_from(encoded.len()).unwrap_or(u32::MAX);
-    header[..4].copy_from_slice(&length.to_le_bytes());
-    header[4..].copy_from_slice(&crc32fast::hash(encoded).to_le_bytes());
+    let length_word = if continues {
+        length | CONTINUES
+    } else {
+        length
+    };
+    header[..4].copy_from_slice(&length_word.to_le_bytes());
+    header[4..].copy_from_slice(&checksum(encoded, continues).to_le_bytes());
+}
+
+/// The checksum a frame's header records: a continuing frame's is inverted,
+/// so that a flag flipped by damage makes the frame fail its check.
+fn checksum(payload: &[u8], continues: bool) -> u32 {
+    let crc = crc32fast::hash(payload);
+    if continues { !crc } else { crc }
 }
 
 /// What [`next_frame`] found at an offset.
@@ -61,6 +86,9 @@ pub enum FrameRead<'a> {
         payload: &'a [u8],
         /// Header and payload together.
         len: usize,
+        /// More frames of its group follow: it counts only once they are
+        /// all there.
+        continues: bool,
     },
     /// Nothing left: the bytes ended exactly at a frame boundary.
     End,
@@ -94,6 +122,13 @@ pub enum InvalidFrame {
         /// Bytes left after the header.
         available: usize,
     },
+    /// A group's last frame is missing: the frames from here on were written
+    /// together and a crash tore the write before it was synced.
+    #[error("{frames} frame(s) of a group whose last frame is missing")]
+    UnfinishedGroup {
+        /// The group's frames that are there.
+        frames: usize,
+    },
     /// The payload's checksum is not the one in the header.
     #[error("a frame whose checksum {actual:#010x} is not the recorded {recorded:#010x}")]
     Checksum {
@@ -114,8 +149,10 @@ pub fn next_frame(bytes: &[u8]) -> FrameRead<'_> {
             available: bytes.len(),
         });
     };
-    let (length, recorded) = header.split_at(4);
-    let length = u32::from_le_bytes(length.try_into().unwrap_or_default()) as usize;
+    let (length_word, recorded) = header.split_at(4);
+    let length_word = u32::from_le_bytes(length_word.try_into().unwrap_or_default());
+    let continues = length_word & CONTINUES != 0;
+    let length = (length_word & !CONTINUES) as usize;
     let recorded = u32::from_le_bytes(recorded.try_into().unwrap_or_default());
     if length == 0 {
         return FrameRead::Invalid(InvalidFrame::Empty);
@@ -129,13 +166,14 @@ pub fn next_frame(bytes: &[u8]) -> FrameRead<'_> {
             available: rest.len(),
         });
     };
-    let actual = crc32fast::hash(payload);
+    let actual = checksum(payload, continues);
     if actual != recorded {
         return FrameRead::Invalid(InvalidFrame::Checksum { recorded, actual });
     }
     FrameRead::Frame {
         payload,
         len: FRAME_HEADER_BYTES + length,
+        continues,
     }
 }
 
@@ -147,7 +185,7 @@ mod tests {
     fn framed(payloads: &[&[u8]]) -> Vec<u8> {
         let mut out = Vec::new();
         for payload in payloads {
-            encode_frame(&mut out, payload);
+            encode_frame(&mut out, payload, false);
         }
         out
     }
@@ -155,15 +193,54 @@ mod tests {
     #[test]
     fn frames_read_back_in_order_and_end_at_the_boundary() {
         let bytes = framed(&[b"one", b"two!"]);
-        let FrameRead::Frame { payload, len } = next_frame(&bytes) else {
+        let FrameRead::Frame { payload, len, .. } = next_frame(&bytes) else {
             panic!("the first frame did not read back");
         };
         assert_eq!((payload, len), (&b"one"[..], 11));
-        let FrameRead::Frame { payload, len } = next_frame(&bytes[11..]) else {
+        let FrameRead::Frame { payload, len, .. } = next_frame(&bytes[11..]) else {
             panic!("the second frame did not read back");
         };
         assert_eq!((payload, len), (&b"two!"[..], 12));
         assert_eq!(next_frame(&bytes[23..]), FrameRead::End);
+    }
+
+    #[test]
+    fn a_group_marks_every_frame_but_its_last_as_continuing() {
+        let mut bytes = Vec::new();
+        encode_frame(&mut bytes, &b"first"[..], true);
+        encode_frame(&mut bytes, &b"last"[..], false);
+        assert_eq!(
+            next_frame(&bytes),
+            FrameRead::Frame {
+                payload: b"first",
+                len: 13,
+                continues: true
+            }
+        );
+        assert_eq!(
+            next_frame(&bytes[13..]),
+            FrameRead::Frame {
+                payload: b"last",
+                len: 12,
+                continues: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_flag_flipped_either_way_fails_the_checksum() {
+        for continues in [false, true] {
+            let mut bytes = Vec::new();
+            encode_frame(&mut bytes, &b"payload"[..], continues);
+            bytes[3] ^= 0x80;
+            assert!(
+                matches!(
+                    next_frame(&bytes),
+                    FrameRead::Invalid(InvalidFrame::Checksum { .. })
+                ),
+                "a frame written with continues={continues} read back with the flag flipped"
+            );
+        }
     }
 
     #[test]
@@ -181,7 +258,7 @@ mod tests {
         assert_eq!(
             next_frame(&bytes),
             FrameRead::Invalid(InvalidFrame::TooLong {
-                length: u32::MAX as usize
+                length: (u32::MAX >> 1) as usize
             })
         );
     }
@@ -200,8 +277,9 @@ mod tests {
         /// Flipping any bit of a frame makes it invalid (CRC-32 catches every
         /// single-bit error; a flipped length is short, long or mismatched).
         #[test]
-        fn a_flipped_bit_is_caught(payload in proptest::collection::vec(any::<u8>(), 1..300), bit in 0usize..10_000) {
-            let mut bytes = framed(&[&payload]);
+        fn a_flipped_bit_is_caught(payload in proptest::collection::vec(any::<u8>(), 1..300), bit in 0usize..10_000, continues: bool) {
+            let mut bytes = Vec::new();
+            encode_frame(&mut bytes, &payload[..], continues);
             let bit = bit % (bytes.len() * 8);
             bytes[bit / 8] ^= 1 << (bit % 8);
             prop_assert!(matches!(next_frame(&bytes), FrameRead::Invalid(_)));

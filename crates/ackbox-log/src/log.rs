@@ -385,8 +385,10 @@ impl Log {
         })
     }
 
-    /// Appends `payloads` as one write, in order, and returns where each
-    /// starts. Nothing is durable until [`Log::sync`] returns.
+    /// Appends `payloads` as one write and one group, in order, and returns
+    /// where each starts. Nothing is durable until [`Log::sync`] returns;
+    /// after a crash, recovery finds all of them or none (see
+    /// [`frame`](crate::frame)).
     ///
     /// `seq_floor` is the next sequence number the caller would hand out: a
     /// segment begun by this append records it, so that numbers are never
@@ -399,9 +401,10 @@ impl Log {
         self.check_poisoned()?;
         self.frames.clear();
         let mut frames = Vec::new();
-        for payload in payloads {
+        let mut payloads = payloads.into_iter().peekable();
+        while let Some(payload) = payloads.next() {
             let start = self.frames.len();
-            encode_frame(&mut self.frames, &payload);
+            encode_frame(&mut self.frames, &payload, payloads.peek().is_some());
             frames.push((start, self.frames.len() - start));
         }
         let size = self.frames.len() as u64;
@@ -640,8 +643,10 @@ enum SegmentEnd {
 }
 
 /// Hands every frame of segment `number` (header already read) to `visit`, in
-/// order, and says how the frames end. Bad bytes end the newest segment as a
-/// torn tail unless intact frames follow them; anywhere else they are damage.
+/// order, a group's only once its last frame is read, and says how the
+/// frames end. Bad bytes, or a group without its last frame, end the newest
+/// segment as a torn tail unless intact frames follow them; anywhere else
+/// they are damage.
 fn walk_segment(
     number: u64,
     bytes: &[u8],
@@ -651,9 +656,18 @@ fn walk_segment(
     let segment =
         u32::try_from(number).map_err(|_| LogError::OutOfRange("a segment numbered beyond u32"))?;
     let mut offset = SEGMENT_HEADER_BYTES as usize;
+    // The frames of the group being read, held until its last one is.
+    let mut group: Vec<(LogPosition, &[u8])> = Vec::new();
     loop {
+        let group_start = group
+            .first()
+            .map_or(offset, |(position, _)| position.offset as usize);
         match next_frame(&bytes[offset..]) {
-            FrameRead::Frame { payload, len } => {
+            FrameRead::Frame {
+                payload,
+                len,
+                continues,
+            } => {
                 let position = LogPosition {
                     segment,
                     offset: u32::try_from(offset).map_err(|_| {
@@ -661,10 +675,34 @@ fn walk_segment(
                     })?,
                     len: len as u32,
                 };
-                visit(position, payload)?;
+                group.push((position, payload));
+                if !continues {
+                    for (position, payload) in group.drain(..) {
+                        visit(position, payload)?;
+                    }
+                }
                 offset += len;
             }
-            FrameRead::End => return Ok(SegmentEnd::Whole),
+            FrameRead::End if group.is_empty() => return Ok(SegmentEnd::Whole),
+            FrameRead::End => {
+                // Appends never span segments (a segment rolls before an
+                // append), so only a torn write leaves a group open.
+                let reason = InvalidFrame::UnfinishedGroup {
+                    frames: group.len(),
+                };
+                return if is_newest {
+                    Ok(SegmentEnd::TornTail {
+                        at: group_start,
+                        reason,
+                    })
+                } else {
+                    Err(LogError::Damaged {
+                        segment: number,
+                        offset: group_start as u64,
+                        reason: reason.to_string(),
+                    })
+                };
+            }
             FrameRead::Invalid(reason) => {
                 // A torn tail ends the segment; intact records after the bad
                 // bytes mean they are damage in the middle of it, and cutting
@@ -672,7 +710,10 @@ fn walk_segment(
                 // acknowledged).
                 let intact_after = intact_run_to_end(bytes, offset + 1);
                 return match intact_after {
-                    None if is_newest => Ok(SegmentEnd::TornTail { at: offset, reason }),
+                    None if is_newest => Ok(SegmentEnd::TornTail {
+                        at: group_start,
+                        reason,
+                    }),
                     None => Err(LogError::Damaged {
                         segment: number,
                         offset: offset as u64,
@@ -801,7 +842,7 @@ fn intact_run_to_end(bytes: &[u8], from: usize) -> Option<(usize, usize)> {
 /// The payload of `frame`, which must be exactly one whole, intact frame.
 fn checked_payload(frame: &[u8], position: LogPosition) -> Result<&[u8], LogError> {
     match next_frame(frame) {
-        FrameRead::Frame { payload, len } if len == frame.len() => Ok(payload),
+        FrameRead::Frame { payload, len, .. } if len == frame.len() => Ok(payload),
         FrameRead::Frame { .. } | FrameRead::End | FrameRead::Invalid(_) => {
             Err(LogError::NoRecord(position))
         }

@@ -321,11 +321,11 @@ impl StandardQueues {
         Ok((seqs.pop().unwrap_or_default(), lsn))
     }
 
-    /// Sends each queue its messages in one append — one `write` — so that
-    /// a killed process keeps all of them or none (a topic's fan-out):
-    /// their sequence numbers, queue by queue, and the LSN to wait on
-    /// before acknowledging them. Each record is still its own frame: a
-    /// power cut that tears the write before its fsync can keep a prefix.
+    /// Sends each queue its messages in one append — one group of frames —
+    /// so that a killed process or a power cut keeps all of them or none (a
+    /// topic's fan-out, a send and its archive copy): their sequence
+    /// numbers, queue by queue, and the LSN to wait on before acknowledging
+    /// them.
     pub fn send_to_each(
         &self,
         sends: Vec<(u64, Vec<Outgoing>)>,

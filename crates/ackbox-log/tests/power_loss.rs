@@ -13,7 +13,9 @@
 //!   it was deleted (a delete is not synced on its own: a cut may undo the
 //!   latest ones, which delivers those messages again — never loses them);
 //! - a delete made durable before the cut (by a later send's sync) stays;
-//! - nothing is there that was never sent.
+//! - nothing is there that was never sent;
+//! - every send — a batch to one queue or a fan-out to both, one append —
+//!   is there whole or not at all (its deleted messages aside).
 //!
 //! `ACKBOX_POWER_CUTS` sets how many cuts (default 2,000);
 //! `ACKBOX_POWER_CUT_SEED` replays one.
@@ -26,7 +28,7 @@ use ackbox_log::compaction::CompactionPolicy;
 use ackbox_log::disk::model::ModelDisk;
 use ackbox_log::group_commit::GroupCommitOptions;
 use ackbox_log::log::LogOptions;
-use ackbox_log::queues::{Outgoing, ReceiveRequest, StandardQueues};
+use ackbox_log::queues::{Deleted, Outgoing, ReceiveRequest, StandardQueues};
 use ackbox_log::record::Content;
 
 const QUEUES: u64 = 2;
@@ -67,6 +69,8 @@ struct Acknowledged {
     sends: BTreeMap<u64, (u64, String)>,
     /// Every body ever sent, acknowledged or not.
     bodies: BTreeSet<String>,
+    /// Every send's messages, acknowledged or not: one append each.
+    appends: Vec<Vec<u64>>,
     /// Messages whose delete was issued before the cut.
     deleted: BTreeSet<u64>,
     /// Messages whose delete was durable before the cut: a send appended
@@ -100,25 +104,42 @@ fn run(seed: u64, cut_at: u64) -> (Acknowledged, ModelDisk, u64) {
                     .map(|index| format!("{seed}-{step}-{index}"))
                     .collect();
                 acknowledged.bodies.extend(bodies.iter().cloned());
-                let outgoing = bodies
+                let outgoing = |bodies: &[String]| -> Vec<Outgoing> {
+                    bodies
+                        .iter()
+                        .map(|body| Outgoing {
+                            content: Content {
+                                body: body.clone(),
+                                ..Content::default()
+                            },
+                            sent_at: now,
+                            visible_at: now,
+                        })
+                        .collect()
+                };
+                // A topic's fan-out: the same messages to every queue.
+                let targets: Vec<u64> = if rng.below(2) == 0 {
+                    vec![queue]
+                } else {
+                    (0..QUEUES).collect()
+                };
+                let sends = targets
                     .iter()
-                    .map(|body| Outgoing {
-                        content: Content {
-                            body: body.clone(),
-                            ..Content::default()
-                        },
-                        sent_at: now,
-                        visible_at: now,
-                    })
+                    .map(|&target| (target, outgoing(&bodies)))
                     .collect();
-                let (seqs, lsn) = queues.send(queue, outgoing).expect("a send");
+                let (seqs, lsn) = queues.send_to_each(sends).expect("a send");
+                acknowledged
+                    .appends
+                    .push(seqs.iter().flatten().copied().collect());
                 let covered = std::mem::take(&mut recent_deletes);
                 queues.commit().wait_durable(lsn).expect("a durable send");
                 // Acknowledged only if the sync that made it durable came
                 // before the cut.
                 if disk.trapped().is_none() {
-                    for (seq, body) in seqs.into_iter().zip(bodies) {
-                        acknowledged.sends.insert(seq, (queue, body));
+                    for (target, target_seqs) in targets.into_iter().zip(seqs) {
+                        for (seq, body) in target_seqs.into_iter().zip(&bodies) {
+                            acknowledged.sends.insert(seq, (target, body.clone()));
+                        }
                     }
                     acknowledged.durably_deleted.extend(covered);
                 }
@@ -140,10 +161,13 @@ fn run(seed: u64, cut_at: u64) -> (Acknowledged, ModelDisk, u64) {
             6..=7 if !leases.is_empty() => {
                 let (queue, seq, lease) =
                     leases.swap_remove(rng.below(leases.len() as u64) as usize);
-                queues
+                let outcome = queues
                     .delete(queue, &[(seq, lease)], now)
                     .expect("a delete");
                 acknowledged.deleted.insert(seq);
+                if outcome == [Deleted::Deleted] {
+                    recent_deletes.push(seq);
+                }
             }
             8 if !leases.is_empty() => {
                 let (queue, seq, lease) = leases[rng.below(leases.len() as u64) as usize];
@@ -216,6 +240,22 @@ fn check(seed: u64, acknowledged: &Acknowledged, disk: &ModelDisk) {
         assert!(
             !acknowledged.durably_deleted.contains(seq),
             "seed {seed}: message {seq} ({body}) came back though its delete was durable"
+        );
+    }
+    for append in &acknowledged.appends {
+        let undeleted: Vec<u64> = append
+            .iter()
+            .copied()
+            .filter(|seq| !acknowledged.deleted.contains(seq))
+            .collect();
+        let kept = undeleted
+            .iter()
+            .filter(|seq| present.contains_key(seq))
+            .count();
+        assert!(
+            kept == 0 || kept == undeleted.len(),
+            "seed {seed}: {kept} of the {} messages sent together ({undeleted:?}) survived",
+            undeleted.len()
         );
     }
     drop(queues.close());

@@ -149,7 +149,8 @@ fn a_tail_torn_anywhere_is_cut_at_the_last_whole_record_and_the_log_goes_on() {
     // What a crash mid-write can leave: the next two records cut at every byte.
     let mut torn_records = Vec::new();
     for seq in [4, 5] {
-        ackbox_log::frame::encode_frame(&mut torn_records, &sent(seq, "lost"));
+        // Two appends of one record each: two groups.
+        ackbox_log::frame::encode_frame(&mut torn_records, &sent(seq, "lost"), false);
     }
     for cut in 1..torn_records.len() {
         let mut bytes = durable.clone();
@@ -535,7 +536,7 @@ fn a_dead_letter_move_cut_anywhere_leaves_the_message_in_exactly_one_queue() {
         from_seq: seq,
         to: moved,
     };
-    ackbox_log::frame::encode_frame(&mut frame, &record);
+    ackbox_log::frame::encode_frame(&mut frame, &record, false);
     for cut in 0..=frame.len() {
         let mut bytes = durable.clone();
         bytes.extend_from_slice(&frame[..cut]);
@@ -548,6 +549,53 @@ fn a_dead_letter_move_cut_anywhere_leaves_the_message_in_exactly_one_queue() {
             "cut at {cut}: source {in_source}, dead letters {in_dead_letters}"
         );
         assert_eq!(in_dead_letters, cut == frame.len(), "cut at {cut}");
+    }
+}
+
+/// One append is one group (a topic's fan-out, a send and its archive
+/// copy): a power cut that tears its write between two frames, where each
+/// frame on its own is whole, keeps none of it.
+#[test]
+fn a_group_torn_anywhere_is_kept_whole_or_not_at_all() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut log, mut ledger, _) = reopen(dir.path(), LogOptions::default()).expect("a new log");
+    send(&mut log, &mut ledger, 3);
+    log.sync().expect("an fsync");
+    let segment = segment_files(dir.path()).pop().expect("a segment");
+    let durable = fs::read(&segment).expect("the segment");
+    let group: Vec<Record> = (4..=6).map(|seq| sent(seq, "fan-out copy")).collect();
+    ledger.append_to(&mut log, &group).expect("a group append");
+    log.sync().expect("an fsync");
+    drop(log);
+    let whole = fs::read(&segment).expect("the segment");
+    let frames = &whole[durable.len()..];
+
+    for cut in 0..=frames.len() {
+        let mut bytes = durable.clone();
+        bytes.extend_from_slice(&frames[..cut]);
+        fs::write(&segment, &bytes).expect("a torn segment");
+        let (mut log, mut ledger, recovery) = reopen(dir.path(), LogOptions::default())
+            .unwrap_or_else(|error| panic!("cut at {cut}: {error}"));
+        let kept = if cut == frames.len() { 6 } else { 3 };
+        assert_eq!(ledger.len() as u64, kept, "cut at {cut}");
+        assert_eq!(recovery.records, kept, "cut at {cut}");
+        assert_eq!(
+            recovery.truncated.map(|truncation| truncation.at),
+            (cut != 0 && cut != frames.len()).then_some(durable.len() as u64),
+            "cut at {cut}: the segment is cut back to before the group"
+        );
+        // What is appended next is its own group: no frame of the torn one
+        // is left to be completed by it.
+        send(&mut log, &mut ledger, 1);
+        log.sync().expect("an fsync");
+        drop(log);
+        let (_, ledger, _) = reopen(dir.path(), LogOptions::default())
+            .unwrap_or_else(|error| panic!("cut at {cut}, appended after: {error}"));
+        assert_eq!(
+            ledger.len() as u64,
+            kept + 1,
+            "cut at {cut}, appended after"
+        );
     }
 }
 
