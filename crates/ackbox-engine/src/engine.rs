@@ -79,6 +79,8 @@ pub(crate) struct Inner {
     pub(crate) shared_store: bool,
     /// Move tasks with a runner on this node, so none gets two.
     pub(crate) move_runners: std::sync::Mutex<std::collections::HashSet<String>>,
+    /// Topic definitions as this node last read them.
+    pub(crate) definitions: crate::topic::DefinitionCache,
     /// Replays with a runner on this node, so none gets two.
     pub(crate) replay_runners: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Names this engine's runners in the leases they take on shared work.
@@ -134,6 +136,7 @@ impl Engine {
                 admin: tokio::sync::Mutex::new(()),
                 shared_store: events.is_some(),
                 move_runners: std::sync::Mutex::default(),
+                definitions: crate::topic::DefinitionCache::default(),
                 replay_runners: std::sync::Mutex::default(),
                 runner_id: uuid::Uuid::new_v4().to_string(),
                 shutdown: CancellationToken::new(),

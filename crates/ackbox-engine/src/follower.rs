@@ -1,11 +1,12 @@
-//! Keeps this node's queue cache and long pollers in step with the other
-//! nodes sharing its store.
+//! Keeps this node's queue and topic caches and long pollers in step with
+//! the other nodes sharing its store.
 //!
 //! A shared store ([`Store::events`](crate::store::Store::events)) reports
 //! what any node changed. A changed queue is read again from the store (the
 //! source of truth), never patched from the event; messages that became
 //! receivable wake the queue's long pollers; when events may have been lost,
-//! every queue is read again and every poller woken.
+//! every queue is read again, every topic definition forgotten and every
+//! poller woken.
 
 use std::sync::Arc;
 
@@ -28,7 +29,11 @@ pub(crate) fn spawn(engine: &Engine, mut events: Receiver<StoreEvent>) {
             match event {
                 Ok(StoreEvent::MessagesAvailable { queue_id }) => engine.wake_pollers(queue_id),
                 Ok(StoreEvent::QueueChanged { name }) => engine.reload_queue(&name).await,
-                Ok(StoreEvent::Missed) | Err(RecvError::Lagged(_)) => engine.reload_queues().await,
+                Ok(StoreEvent::TopicChanged { key }) => engine.inner.definitions.forget(&key),
+                Ok(StoreEvent::Missed) | Err(RecvError::Lagged(_)) => {
+                    engine.inner.definitions.forget_all();
+                    engine.reload_queues().await;
+                }
                 Err(RecvError::Closed) => break,
             }
         }

@@ -501,3 +501,83 @@ async fn a_move_task_survives_the_death_of_the_node_running_it() {
         0
     );
 }
+
+/// Each node keeps the topic definitions it read (a publish does not read
+/// its topic from the database); a change on one node must reach the
+/// others' caches, or a subscription made on one node would never get the
+/// publishes another node takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_made_on_one_node_gets_the_publishes_another_node_takes() {
+    let Some(schema) = PostgresSchema::new("topic changes across nodes") else {
+        return;
+    };
+    let cluster = Cluster::start(schema);
+    let sqs = cluster.clients();
+    let sns: Vec<_> = (0..NODES)
+        .map(|node| ackbox_testkit::client::sns_client(&cluster.url(node)))
+        .collect();
+    let topic = sns[0]
+        .create_topic()
+        .name("orders")
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    let subscribe = |name: &'static str| {
+        let (sqs, sns, topic) = (sqs[0].clone(), sns[0].clone(), topic.clone());
+        async move {
+            let url = ackbox_testkit::client::create_queue(&sqs, name).await;
+            let arn = ackbox_testkit::client::queue_arn(&sqs, &url).await;
+            let subscription = sns
+                .subscribe()
+                .topic_arn(&topic)
+                .protocol("sqs")
+                .endpoint(arn)
+                .attributes("RawMessageDelivery", "true")
+                .send()
+                .await
+                .unwrap()
+                .subscription_arn
+                .unwrap();
+            (url, subscription)
+        }
+    };
+    let (first, _) = subscribe("first").await;
+    // Node 1 reads the topic, one subscription in it.
+    sns[1]
+        .publish()
+        .topic_arn(&topic)
+        .message("before")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        ackbox_testkit::client::queue_depth(&sqs[2], &first).await,
+        1
+    );
+
+    let (second, _) = subscribe("second").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut published = 0;
+    loop {
+        sns[1]
+            .publish()
+            .topic_arn(&topic)
+            .message(format!("after {published}"))
+            .send()
+            .await
+            .unwrap();
+        published += 1;
+        if ackbox_testkit::client::queue_depth(&sqs[2], &second).await > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{published} publishes on node 1 over 10 s, none reached the subscription made on \
+             node 0: node 1 never heard of it"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("node 1 delivered to the new subscription from its publish number {published}");
+}

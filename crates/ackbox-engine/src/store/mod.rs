@@ -963,6 +963,12 @@ pub enum StoreEvent {
         /// Its name.
         name: String,
     },
+    /// The topic definition (or a queue's archive record) stored under
+    /// this key was written or deleted.
+    TopicChanged {
+        /// Its key.
+        key: String,
+    },
     /// Events may have been lost (the store reconnected): reload everything.
     Missed,
 }

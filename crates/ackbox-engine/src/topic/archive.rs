@@ -64,6 +64,14 @@ impl ArchiveOwner {
         }
     }
 
+    /// What a missing definition of this owner is called in a `NotFound`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Self::Topic(_) => "Topic",
+            Self::Queue(_) => "Archive",
+        }
+    }
+
     /// The owner a stored definition's key names.
     pub(crate) fn from_key(key: &str) -> Option<Self> {
         match key.strip_prefix(QUEUE_RECORD_PREFIX) {

@@ -24,6 +24,7 @@ use crate::error::EngineError;
 use crate::store::{StoreError, TopicRecord};
 
 mod archive;
+mod definitions;
 mod envelope;
 mod publish;
 mod push;
@@ -35,6 +36,7 @@ pub use archive::{
     ARCHIVE_POLICY, ARCHIVE_QUEUE_PREFIX, ArchiveView, BEGINNING_ARCHIVE_TIME, is_archive_queue,
 };
 pub(crate) use archive::{ArchiveDefinition, ArchiveOwner};
+pub(crate) use definitions::DefinitionCache;
 pub use publish::{PublishEntry, Published};
 pub use push::{
     DELIVERY_POLICY, DELIVERY_QUEUE_PREFIX, HTTP_PROTOCOL, HTTPS_PROTOCOL, MESSAGE_ID_ATTRIBUTE,
@@ -426,15 +428,6 @@ impl Engine {
         self.realm().topic_name_from_arn("TopicArn", topic_arn)
     }
 
-    /// The definition stored under `key` (a topic's name, or a queue's
-    /// archive record, [`ArchiveOwner::key`]) and the revision read.
-    async fn definition(&self, key: &str) -> Result<Option<(TopicDefinition, i64)>, EngineError> {
-        let Some(record) = self.inner.store.topic_get(key).await? else {
-            return Ok(None);
-        };
-        Ok(Some((TopicDefinition::decode(&record)?, record.revision)))
-    }
-
     /// The topic `name` and the revision read, or `NotFound`.
     pub(crate) async fn topic_definition(
         &self,
@@ -450,14 +443,10 @@ impl Engine {
         &self,
         owner: &ArchiveOwner,
     ) -> Result<(TopicDefinition, i64), EngineError> {
-        let not_found = match owner {
-            ArchiveOwner::Topic(_) => "Topic",
-            ArchiveOwner::Queue(_) => "Archive",
-        };
         Ok(self
             .definition(&owner.key())
             .await?
-            .ok_or_else(|| SqsError::sns_not_found(not_found))?)
+            .ok_or_else(|| SqsError::sns_not_found(owner.kind()))?)
     }
 
     /// Applies `change` to topic `name` and stores the result over the
@@ -479,12 +468,13 @@ impl Engine {
     ) -> Result<T, EngineError> {
         let key = owner.key();
         for _ in 0..MAX_REVISION_RACES {
-            let (mut definition, revision) = self.owner_definition(owner).await?;
+            let (mut definition, revision) = self
+                .stored_definition(&key)
+                .await?
+                .ok_or_else(|| SqsError::sns_not_found(owner.kind()))?;
             let answer = change(&mut definition)?;
             if self
-                .inner
-                .store
-                .topic_write(&key, definition.encode(), Some(revision))
+                .write_definition(&key, &definition, Some(revision))
                 .await?
             {
                 return Ok(answer);
@@ -532,9 +522,7 @@ impl Engine {
             ..TopicDefinition::default()
         };
         if self
-            .inner
-            .store
-            .topic_write(name.as_str(), definition.encode(), None)
+            .write_definition(name.as_str(), &definition, None)
             .await?
         {
             return Ok(arn);
@@ -568,7 +556,7 @@ impl Engine {
             }
             Err(other) => return Err(other),
         };
-        self.inner.store.topic_delete(name.as_str()).await?;
+        self.delete_definition(name.as_str()).await?;
         for subscription in definition.subscriptions {
             if is_push(&subscription.protocol) {
                 self.drop_delivery_queue(&subscription.id).await?;

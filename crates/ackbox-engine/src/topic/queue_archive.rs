@@ -95,11 +95,7 @@ impl Engine {
             archive: Some(archive.clone()),
             replays: Vec::new(),
         };
-        let created = self
-            .inner
-            .store
-            .topic_write(&owner.key(), fresh.encode(), None)
-            .await?;
+        let created = self.write_definition(&owner.key(), &fresh, None).await?;
         if !created {
             self.change_owner(&owner, |definition| {
                 match &mut definition.archive {
@@ -163,13 +159,13 @@ impl Engine {
     /// replays in it. Not under the admin lock.
     pub(crate) async fn drop_queue_archive(&self, queue: &Queue) -> Result<(), EngineError> {
         let owner = ArchiveOwner::Queue(queue.name.clone());
-        let Some((definition, _)) = self.definition(&owner.key()).await? else {
+        let Some((definition, _)) = self.stored_definition(&owner.key()).await? else {
             return Ok(());
         };
         if let Some(archive) = &definition.archive {
             self.drop_archive_queue(archive).await?;
         }
-        self.inner.store.topic_delete(&owner.key()).await?;
+        self.delete_definition(&owner.key()).await?;
         Ok(())
     }
 

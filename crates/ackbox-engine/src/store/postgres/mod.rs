@@ -85,6 +85,9 @@ use send_group::SendGroups;
 const MESSAGES_CHANNEL: &str = "ackbox_messages";
 /// The channel that carries "queue NAME was created, changed or deleted".
 const QUEUES_CHANNEL: &str = "ackbox_queues";
+/// The `NOTIFY` channel naming a topic definition that was written or
+/// deleted.
+const TOPICS_CHANNEL: &str = "ackbox_topics";
 /// Events a slow follower may fall behind by before it is told to resync.
 const EVENT_BACKLOG: usize = 4_096;
 /// How often a conflicting transaction is run again before the caller hears of it.
@@ -204,7 +207,7 @@ impl PostgresStore {
             .await
             .map_err(postgres_error("listen: connect"))?;
         listener
-            .listen_all([MESSAGES_CHANNEL, QUEUES_CHANNEL])
+            .listen_all([MESSAGES_CHANNEL, QUEUES_CHANNEL, TOPICS_CHANNEL])
             .await
             .map_err(postgres_error("listen"))?;
         tokio::spawn(follow(listener, events.clone(), stop.clone()));
@@ -404,6 +407,9 @@ async fn follow(
                 },
                 QUEUES_CHANNEL => StoreEvent::QueueChanged {
                     name: notification.payload().to_owned(),
+                },
+                TOPICS_CHANNEL => StoreEvent::TopicChanged {
+                    key: notification.payload().to_owned(),
                 },
                 _ => continue,
             },

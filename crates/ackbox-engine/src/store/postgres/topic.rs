@@ -1,7 +1,9 @@
-//! Topics: their definitions, each write one durable statement.
+//! Topics: their definitions, each write one durable statement that also
+//! tells every node (`pg_notify`) to forget what it read of the topic.
 
 use sqlx::PgExecutor;
 
+use super::TOPICS_CHANNEL;
 use super::database_error::postgres_error;
 use crate::store::{StoreError, TopicRecord};
 
@@ -39,44 +41,60 @@ pub(super) async fn topic_get(
     Ok(row.map(record))
 }
 
+/// Writes a definition and, in the same statement (so only when it was
+/// written), tells every node to forget what it read of it.
 pub(super) async fn topic_write(
     executor: impl PgExecutor<'_>,
     name: &str,
     definition: &str,
     revision: Option<i64>,
 ) -> Result<bool, StoreError> {
-    let written = match revision {
-        None => sqlx::query(
-            "INSERT INTO topics (name, definition, revision) VALUES ($1, $2, 1)
-             ON CONFLICT (name) DO NOTHING",
+    let written: Option<(String,)> = match revision {
+        None => sqlx::query_as(
+            "WITH written AS (
+                 INSERT INTO topics (name, definition, revision) VALUES ($1, $2, 1)
+                 ON CONFLICT (name) DO NOTHING
+                 RETURNING name
+             )
+             SELECT pg_notify($3, name)::text FROM written",
         )
         .bind(name)
         .bind(definition)
-        .execute(executor)
+        .bind(TOPICS_CHANNEL)
+        .fetch_optional(executor)
         .await
         .map_err(postgres_error("topic_write: create"))?,
-        Some(revision) => sqlx::query(
-            "UPDATE topics SET definition = $2, revision = revision + 1
-             WHERE name = $1 AND revision = $3",
+        Some(revision) => sqlx::query_as(
+            "WITH written AS (
+                 UPDATE topics SET definition = $2, revision = revision + 1
+                 WHERE name = $1 AND revision = $3
+                 RETURNING name
+             )
+             SELECT pg_notify($4, name)::text FROM written",
         )
         .bind(name)
         .bind(definition)
         .bind(revision)
-        .execute(executor)
+        .bind(TOPICS_CHANNEL)
+        .fetch_optional(executor)
         .await
         .map_err(postgres_error("topic_write: update"))?,
     };
-    Ok(written.rows_affected() == 1)
+    Ok(written.is_some())
 }
 
 pub(super) async fn topic_delete(
     executor: impl PgExecutor<'_>,
     name: &str,
 ) -> Result<bool, StoreError> {
-    sqlx::query("DELETE FROM topics WHERE name = $1")
-        .bind(name)
-        .execute(executor)
-        .await
-        .map(|done| done.rows_affected() == 1)
-        .map_err(postgres_error("topic_delete"))
+    let deleted: Option<(String,)> = sqlx::query_as(
+        "WITH deleted AS (DELETE FROM topics WHERE name = $1 RETURNING name)
+         SELECT pg_notify($2, name)::text FROM deleted",
+    )
+    .bind(name)
+    .bind(TOPICS_CHANNEL)
+    .fetch_optional(executor)
+    .await
+    .map_err(postgres_error("topic_delete"))?;
+    Ok(deleted.is_some())
 }
