@@ -1,9 +1,12 @@
 //! Receipt handles: opaque, unguessable and checked.
 //!
 //! A handle names one lease of one message: the queue, the message's sequence
-//! number and the lease generation (bumped on every receive). It is sealed with
-//! an HMAC-SHA256 under a per-installation secret, so a forged, garbled or
-//! foreign handle is rejected before it reaches the store.
+//! number and the lease generation (bumped on every receive), and when the
+//! lease began, so that a delete can tell how long the message took to
+//! process. It is sealed with an HMAC-SHA256 under a per-installation
+//! secret, so a forged, garbled or foreign handle is rejected before it
+//! reaches the store. Handles of the first version (without the lease's
+//! start) still open, so leases taken before an upgrade can be deleted.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as BASE64URL;
@@ -13,9 +16,13 @@ use sha2::Sha256;
 
 use crate::error::SqsError;
 
-const VERSION: u8 = 1;
+/// Queue, sequence number, lease.
+const VERSION_1: u8 = 1;
+/// Queue, sequence number, lease, when the lease began.
+const VERSION_2: u8 = 2;
 const MAC_LEN: usize = 16;
-const PAYLOAD_LEN: usize = 1 + 8 + 8 + 8;
+const PAYLOAD_1_LEN: usize = 1 + 8 + 8 + 8;
+const PAYLOAD_2_LEN: usize = PAYLOAD_1_LEN + 8;
 /// Length of the installation secret, in bytes.
 pub const SECRET_LEN: usize = 32;
 
@@ -28,6 +35,9 @@ pub struct ReceiptClaims {
     pub seq: i64,
     /// Lease generation: the message's receive count when the handle was issued.
     pub lease: i64,
+    /// When the lease began, epoch milliseconds (`None` in a handle sealed
+    /// before handles carried it).
+    pub leased_at: Option<i64>,
 }
 
 /// The key that seals and opens receipt handles.
@@ -71,11 +81,18 @@ impl ReceiptKey {
 
     /// Seals `claims` into an opaque handle.
     pub fn seal(&self, claims: ReceiptClaims) -> String {
-        let mut bytes = Vec::with_capacity(PAYLOAD_LEN + MAC_LEN);
-        bytes.push(VERSION);
+        let mut bytes = Vec::with_capacity(PAYLOAD_2_LEN + MAC_LEN);
+        bytes.push(if claims.leased_at.is_some() {
+            VERSION_2
+        } else {
+            VERSION_1
+        });
         bytes.extend_from_slice(&claims.queue_id.to_be_bytes());
         bytes.extend_from_slice(&claims.seq.to_be_bytes());
         bytes.extend_from_slice(&claims.lease.to_be_bytes());
+        if let Some(leased_at) = claims.leased_at {
+            bytes.extend_from_slice(&leased_at.to_be_bytes());
+        }
         let tag = self.mac(&bytes);
         bytes.extend_from_slice(&tag);
         BASE64URL.encode(bytes)
@@ -85,10 +102,15 @@ impl ReceiptKey {
     pub fn open(&self, handle: &str) -> Result<ReceiptClaims, SqsError> {
         let invalid = || SqsError::receipt_handle_invalid(handle);
         let bytes = BASE64URL.decode(handle.as_bytes()).map_err(|_| invalid())?;
-        if bytes.len() != PAYLOAD_LEN + MAC_LEN || bytes[0] != VERSION {
+        let payload_len = match bytes.first() {
+            Some(&VERSION_1) => PAYLOAD_1_LEN,
+            Some(&VERSION_2) => PAYLOAD_2_LEN,
+            _ => return Err(invalid()),
+        };
+        if bytes.len() != payload_len + MAC_LEN {
             return Err(invalid());
         }
-        let (payload, tag) = bytes.split_at(PAYLOAD_LEN);
+        let (payload, tag) = bytes.split_at(payload_len);
         let mut mac = self.keyed.clone();
         mac.update(payload);
         mac.verify_truncated_left(tag).map_err(|_| invalid())?;
@@ -101,6 +123,7 @@ impl ReceiptKey {
             queue_id: field(1),
             seq: field(9),
             lease: field(17),
+            leased_at: (payload_len == PAYLOAD_2_LEN).then(|| field(25)),
         })
     }
 }
@@ -114,12 +137,25 @@ mod tests {
         queue_id: 7,
         seq: 42,
         lease: 3,
+        leased_at: Some(1_700_000_000_000),
     };
 
     #[test]
     fn sealed_handle_opens_to_the_same_claims() {
         let key = ReceiptKey::new([9; SECRET_LEN]);
         assert_eq!(key.open(&key.seal(CLAIMS)).unwrap(), CLAIMS);
+    }
+
+    #[test]
+    fn a_handle_sealed_before_handles_carried_the_leases_start_still_opens() {
+        let key = ReceiptKey::new([9; SECRET_LEN]);
+        let first_version = ReceiptClaims {
+            leased_at: None,
+            ..CLAIMS
+        };
+        let handle = key.seal(first_version);
+        assert_eq!(BASE64URL.decode(&handle).unwrap()[0], VERSION_1);
+        assert_eq!(key.open(&handle).unwrap(), first_version);
     }
 
     #[test]

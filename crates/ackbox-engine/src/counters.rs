@@ -55,9 +55,33 @@ pub(crate) fn expired(queue: &QueueName, expired: u64) {
     count("ackbox_messages_expired_total", queue, expired);
 }
 
-/// Messages moved from `queue` to its dead-letter queue.
-pub(crate) fn dead_lettered(queue: &QueueName, moved: u64) {
-    count("ackbox_messages_dead_lettered_total", queue, moved);
+/// The `class` label of a message dead-lettered without a failure report
+/// (its consumer crashed or timed out, or never nacked).
+pub(crate) const UNREPORTED_CLASS: &str = "unreported";
+
+/// Messages moved from `queue` to its dead-letter queue, each with its last
+/// failure class: counted in all and by class.
+pub(crate) fn dead_lettered(queue: &QueueName, classes: &[Option<String>]) {
+    count(
+        "ackbox_messages_dead_lettered_total",
+        queue,
+        classes.len() as u64,
+    );
+    for class in classes {
+        metrics::counter!(
+            "ackbox_messages_dead_lettered_by_class_total",
+            "queue" => queue.to_string(),
+            "class" => class.clone().unwrap_or_else(|| UNREPORTED_CLASS.to_owned())
+        )
+        .increment(1);
+    }
+}
+
+/// A message deleted `seconds` after the receive whose lease deleted it:
+/// how long its consumer took.
+pub(crate) fn processed(queue: &QueueName, seconds: f64) {
+    metrics::histogram!("ackbox_message_processing_seconds", "queue" => queue.to_string())
+        .record(seconds);
 }
 
 /// Messages a move task took out of the dead-letter queue `queue`.

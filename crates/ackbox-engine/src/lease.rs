@@ -10,6 +10,7 @@
 use ackbox_core::error::{ErrorCode, SqsError};
 use ackbox_core::limits::MAX_VISIBILITY_TIMEOUT_SECONDS;
 use ackbox_core::queue_name::QueueName;
+use ackbox_core::receipt::ReceiptClaims;
 
 use crate::counters;
 use crate::engine::Engine;
@@ -21,15 +22,18 @@ use crate::store::{
 };
 
 impl Engine {
-    fn open_handle(&self, queue: &Queue, handle: &str) -> Result<LeaseRef, SqsError> {
+    /// What `handle` claims, if this installation sealed it for `queue`.
+    fn open_claims(&self, queue: &Queue, handle: &str) -> Result<ReceiptClaims, SqsError> {
         let claims = self.inner.config.receipt_key.open(handle)?;
         if claims.queue_id != queue.id {
             return Err(SqsError::receipt_handle_invalid(handle));
         }
-        Ok(LeaseRef {
-            seq: claims.seq,
-            lease: claims.lease,
-        })
+        Ok(claims)
+    }
+
+    fn open_handle(&self, queue: &Queue, handle: &str) -> Result<LeaseRef, SqsError> {
+        self.open_claims(queue, handle)
+            .map(|claims| lease_of(&claims))
     }
 
     /// DeleteMessage.
@@ -53,13 +57,13 @@ impl Engine {
     ) -> Result<Vec<Result<(), SqsError>>, EngineError> {
         let queue = self.queue(queue_name).await?;
         let now = self.now();
-        let opened: Vec<Result<LeaseRef, SqsError>> = handles
+        let opened: Vec<Result<ReceiptClaims, SqsError>> = handles
             .iter()
-            .map(|handle| self.open_handle(&queue, handle))
+            .map(|handle| self.open_claims(&queue, handle))
             .collect();
         let leases: Vec<LeaseRef> = opened
             .iter()
-            .filter_map(|lease| lease.as_ref().ok().copied())
+            .filter_map(|claims| claims.as_ref().ok().map(lease_of))
             .collect();
         let mut outcomes = if leases.is_empty() {
             Vec::new()
@@ -79,8 +83,8 @@ impl Engine {
         let results = opened
             .into_iter()
             .zip(handles)
-            .map(|(lease, handle)| {
-                lease?;
+            .map(|(claims, handle)| {
+                let claims = claims?;
                 match outcomes.next().expect("one outcome per valid handle") {
                     DeleteOutcome::Expired => Err(SqsError::invalid_parameter(
                         "ReceiptHandle",
@@ -90,6 +94,12 @@ impl Engine {
                     DeleteOutcome::Deleted => {
                         released = true;
                         deleted += 1;
+                        if let Some(leased_at) = claims.leased_at {
+                            counters::processed(
+                                &queue.name,
+                                (now - leased_at).max(0) as f64 / 1_000.0,
+                            );
+                        }
                         Ok(())
                     }
                     DeleteOutcome::AlreadyGone | DeleteOutcome::LeasedToAnother => Ok(()),
@@ -193,5 +203,12 @@ impl Engine {
             queue.arrivals.notify_waiters();
         }
         Ok(results)
+    }
+}
+
+fn lease_of(claims: &ReceiptClaims) -> LeaseRef {
+    LeaseRef {
+        seq: claims.seq,
+        lease: claims.lease,
     }
 }

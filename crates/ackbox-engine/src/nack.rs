@@ -90,6 +90,7 @@ impl Engine {
             .into());
         }
         let now = self.now();
+        let class = request.reason.as_ref().map(|reason| reason.class.clone());
         let outcome = self
             .inner
             .store
@@ -119,7 +120,7 @@ impl Engine {
                 Ok(NackDisposition::Retried)
             }
             NackOutcome::DeadLettered => {
-                crate::counters::dead_lettered(&queue.name, 1);
+                crate::counters::dead_lettered(&queue.name, &[class]);
                 if let Some((dlq, _)) = dead_letter_queue {
                     dlq.arrivals.notify_one();
                 }

@@ -338,16 +338,16 @@ impl Engine {
                     attempt: self.receive_attempt(&snapshot.attributes, request, now),
                 })
                 .await?;
-            if outcome.dead_lettered > 0
+            if !outcome.dead_lettered.is_empty()
                 && let Some((dlq, _)) = &dead_letter_queue
             {
-                tracing::info!(queue = %queue.name, dead_letter_queue = %dlq.name, moved = outcome.dead_lettered, "moved messages past maxReceiveCount");
-                for _ in 0..outcome.dead_lettered {
+                tracing::info!(queue = %queue.name, dead_letter_queue = %dlq.name, moved = outcome.dead_lettered.len(), "moved messages past maxReceiveCount");
+                for _ in 0..outcome.dead_lettered.len() {
                     dlq.arrivals.notify_one();
                 }
             }
             counters::expired(&queue.name, outcome.expired);
-            counters::dead_lettered(&queue.name, outcome.dead_lettered);
+            counters::dead_lettered(&queue.name, &outcome.dead_lettered);
             let redelivered = outcome
                 .messages
                 .iter()
@@ -431,6 +431,7 @@ impl Engine {
             queue_id,
             seq: message.seq,
             lease: message.receive_count,
+            leased_at: message.last_received_at,
         });
         tracing::trace!(queue = %queue_name, message_id = %message.message_id, receive_count = message.receive_count, "leased");
         let view = MessageView::new(message, request);

@@ -73,6 +73,7 @@ mod tests {
             queue_id: 1,
             seq: 2,
             lease: 3,
+            leased_at: Some(4),
         };
         assert_eq!(second.open(&first.seal(claims)).unwrap(), claims);
         #[cfg(unix)]

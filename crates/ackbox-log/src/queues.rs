@@ -85,8 +85,9 @@ pub struct Received {
     pub deliveries: Vec<Delivery>,
     /// Messages dropped as past retention.
     pub expired: u64,
-    /// Messages moved to the dead-letter queue.
-    pub dead_lettered: u64,
+    /// Messages moved to the dead-letter queue: each one's last failure
+    /// class, if a consumer ever reported one.
+    pub dead_lettered: Vec<Option<String>>,
 }
 
 /// What a nack asks for.
@@ -423,7 +424,16 @@ impl StandardQueues {
             }
         }
         let mut records = expired;
-        let (expired, dead_lettered) = (records.len(), doomed.len());
+        let expired = records.len();
+        let dead_lettered: Vec<Option<String>> = doomed
+            .iter()
+            .map(|&(seq, _)| {
+                ledger
+                    .failures(queue, seq)
+                    .map(|failures| failures.last_class.clone())
+                    .filter(|class| !class.is_empty())
+            })
+            .collect();
         if let Some(target) = &request.dead_letter
             && !doomed.is_empty()
         {
@@ -453,7 +463,7 @@ impl StandardQueues {
         Ok(Received {
             deliveries,
             expired: expired as u64,
-            dead_lettered: dead_lettered as u64,
+            dead_lettered,
         })
     }
 

@@ -87,6 +87,7 @@ fn receive_answer(key: &ReceiptKey) -> receive_message::Response {
                     queue_id: 1,
                     seq,
                     lease: 1,
+                    leased_at: Some(1_700_000_000_000),
                 })),
                 md5_of_body: "a8e6b3d62e4e9f1b0d5d1c2d8d6f1e0a".to_owned(),
                 body: "x".repeat(BODY_SIZE),
@@ -151,6 +152,7 @@ fn digests_and_handles(c: &mut Criterion) {
         queue_id: 7,
         seq: 123_456_789,
         lease: 3,
+        leased_at: Some(1_700_000_000_000),
     };
     group.bench_function("seal a receipt handle", |b| {
         b.iter(|| key.seal(black_box(claims)));

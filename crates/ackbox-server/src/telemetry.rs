@@ -15,12 +15,19 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use ackbox_core::queue_name::QueueName;
+
 use crate::app::AppState;
 
 /// Buckets for durations, seconds: 50 µs to 10 s.
 const SECONDS_BUCKETS: [f64; 16] = [
     0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
     1.0, 2.5, 10.0,
+];
+/// Buckets for how long consumers take from receive to delete, seconds:
+/// 10 ms to the 12-hour longest lease.
+const PROCESSING_BUCKETS: [f64; 15] = [
+    0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3_600.0, 43_200.0,
 ];
 /// Buckets for group-commit sizes, jobs.
 const JOBS_BUCKETS: [f64; 10] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
@@ -35,6 +42,13 @@ pub fn recorder() -> Option<&'static PrometheusHandle> {
         .get_or_init(|| {
             let recorder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &SECONDS_BUCKETS)
+                // A full name's buckets win over a suffix's.
+                .and_then(|builder| {
+                    builder.set_buckets_for_metric(
+                        Matcher::Full("ackbox_message_processing_seconds".into()),
+                        &PROCESSING_BUCKETS,
+                    )
+                })
                 .and_then(|builder| {
                     builder.set_buckets_for_metric(Matcher::Suffix("_jobs".into()), &JOBS_BUCKETS)
                 })
@@ -111,9 +125,24 @@ const SERIES: &[(&str, Kind, &str)] = &[
         "Messages moved to the dead-letter queue, by source queue.",
     ),
     (
+        "ackbox_messages_dead_lettered_by_class_total",
+        Kind::Counter,
+        "Messages moved to the dead-letter queue, by source queue and last failure class (unreported: no consumer said why).",
+    ),
+    (
+        "ackbox_message_processing_seconds",
+        Kind::Histogram,
+        "From the receive to the delete of a message, seconds, by queue: how long consumers take.",
+    ),
+    (
         "ackbox_move_task_messages_moved_total",
         Kind::Counter,
         "Messages redriven out of a dead-letter queue.",
+    ),
+    (
+        "ackbox_move_tasks",
+        Kind::Gauge,
+        "Move tasks out of a dead-letter queue, by queue and status (running, paused).",
     ),
     (
         "ackbox_request_duration_seconds",
@@ -274,6 +303,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
                 if depth.dead_letter_queue {
                     metrics::gauge!("ackbox_dead_letter_queue_messages", "queue" => queue)
                         .set((stats.visible + stats.in_flight + stats.delayed) as f64);
+                    move_tasks(&state, &depth.name).await;
                 }
             }
             Some(live)
@@ -297,6 +327,25 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         },
     )
         .into_response()
+}
+
+/// The dead-letter queue `name`'s running and paused move tasks. Only the
+/// newest few are read: a queue runs one task at a time, and a running or
+/// paused one is its newest.
+async fn move_tasks(state: &AppState, name: &QueueName) {
+    let arn = state.engine.realm().queue_arn(name);
+    let tasks = match state.engine.list_message_move_tasks(&arn, Some(10)).await {
+        Ok(tasks) => tasks,
+        Err(error) => {
+            tracing::warn!(queue = %name, %error, "move tasks unavailable for this scrape");
+            return;
+        }
+    };
+    for (status, label) in [("RUNNING", "running"), ("PAUSED", "paused")] {
+        let count = tasks.iter().filter(|task| task.status == status).count();
+        metrics::gauge!("ackbox_move_tasks", "queue" => name.to_string(), "status" => label)
+            .set(count as f64);
+    }
 }
 
 /// `text` without the samples of queues that no longer exist: the exporter

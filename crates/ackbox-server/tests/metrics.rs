@@ -1,9 +1,12 @@
 //! `GET /metrics` after real traffic: the counters, gauges and histograms an
 //! operator alarms on, in the Prometheus text format.
 
-use ackbox_testkit::client::create_queue;
+use std::time::Duration;
+
+use ackbox_testkit::client::{call_json, create_queue};
 use ackbox_testkit::server::TestServer;
 use aws_sdk_sqs::types::QueueAttributeName;
+use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn scrape(server: &TestServer) -> String {
@@ -178,6 +181,162 @@ async fn metrics_count_what_happened_and_show_queue_depths() {
     assert!(
         sample(&text, "ackbox_open_connections", &[]).is_some_and(|open| open >= 1.0),
         "the scrape's own connection"
+    );
+}
+
+/// Dead letters by the reason consumers gave, how long consumers take from
+/// receive to delete, and the move tasks running or paused on a
+/// dead-letter queue: what an operator triages with.
+#[tokio::test]
+async fn dead_letters_by_class_processing_times_and_move_tasks_are_measured() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let dlq = create_queue(&client, "classes-dlq").await;
+    let dlq_arn = ackbox_testkit::client::queue_arn(&client, &dlq).await;
+    let work = client
+        .create_queue()
+        .queue_name("classes-work")
+        .attributes(
+            QueueAttributeName::RedrivePolicy,
+            format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":1}}"#),
+        )
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for index in 0..3 {
+        client
+            .send_message()
+            .queue_url(&work)
+            .message_body(format!("m{index}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let received = client
+        .receive_message()
+        .queue_url(&work)
+        .max_number_of_messages(10)
+        .visibility_timeout(30)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(received.messages().len(), 3);
+    // Two are declined for good; the third is worked on for 300 ms and
+    // deleted.
+    for message in &received.messages()[..2] {
+        let (status, _) = call_json(
+            &server.url(),
+            "AckBox.NackMessage",
+            &json!({
+                "QueueUrl": work,
+                "ReceiptHandle": message.receipt_handle().unwrap(),
+                "Permanent": true,
+                "Reason": { "Class": "CardDeclined", "Message": "issuer said no" }
+            }),
+        )
+        .await;
+        assert_eq!(status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    client
+        .delete_message()
+        .queue_url(&work)
+        .receipt_handle(received.messages()[2].receipt_handle().unwrap())
+        .send()
+        .await
+        .unwrap();
+    // A fourth is received and never heard of again: past the limit, it
+    // moves with no reason given.
+    client
+        .send_message()
+        .queue_url(&work)
+        .message_body("m3")
+        .send()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        client
+            .receive_message()
+            .queue_url(&work)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap();
+    }
+    // A redrive of one message for review: it pauses after it.
+    let (status, answer) = call_json(
+        &server.url(),
+        "AmazonSQS.StartMessageMoveTask",
+        &json!({ "SourceArn": dlq_arn, "AckBoxSample": 1 }),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let tasks = client
+            .list_message_move_tasks()
+            .source_arn(&dlq_arn)
+            .send()
+            .await
+            .unwrap();
+        if tasks.results()[0].status() == Some("PAUSED") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{tasks:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let text = scrape(&server).await;
+    let source = "queue=\"classes-work\"";
+    let by_class = "ackbox_messages_dead_lettered_by_class_total";
+    assert_eq!(
+        sample(&text, by_class, &[source, "class=\"CardDeclined\""]),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, by_class, &[source, "class=\"unreported\""]),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "ackbox_messages_dead_lettered_total", &[source]),
+        Some(3.0)
+    );
+    let processing = "ackbox_message_processing_seconds";
+    assert_eq!(
+        sample(&text, &format!("{processing}_count"), &[source]),
+        Some(1.0)
+    );
+    let took = sample(&text, &format!("{processing}_sum"), &[source]).unwrap();
+    assert!((0.3..30.0).contains(&took), "processing took {took} s");
+    // Its own buckets, up to the longest lease; not the request latencies'.
+    assert_eq!(
+        sample(
+            &text,
+            &format!("{processing}_bucket"),
+            &[source, "le=\"43200\""]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    let dlq_label = "queue=\"classes-dlq\"";
+    assert_eq!(
+        sample(
+            &text,
+            "ackbox_move_tasks",
+            &[dlq_label, "status=\"paused\""]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "ackbox_move_tasks",
+            &[dlq_label, "status=\"running\""]
+        ),
+        Some(0.0)
     );
 }
 

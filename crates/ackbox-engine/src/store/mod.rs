@@ -582,8 +582,9 @@ pub struct ReceiveOutcome {
     pub messages: Vec<StoredMessage>,
     /// Messages dropped because retention had expired.
     pub expired: u64,
-    /// Messages moved to the dead-letter queue instead of being delivered.
-    pub dead_lettered: u64,
+    /// Messages moved to the dead-letter queue instead of being delivered:
+    /// each one's last failure class, if a consumer ever reported one.
+    pub dead_lettered: Vec<Option<String>>,
     /// When nothing was receivable: the next instant a message becomes visible.
     pub next_visible_at: Option<Timestamp>,
 }

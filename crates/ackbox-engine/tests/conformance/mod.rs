@@ -15,13 +15,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ackbox_engine::store::{
-    ChangeVisibilityOutcome, DeadLetterTarget, Deduplication, DeleteOutcome, InsertedMessage,
-    LeaseRef, MessageChangeVisibilityParams, MessageDeleteParams, MessageExpireParams,
-    MessageInsertParams, MessagePeekParams, MessageReceiveParams, MoveDestination, MoveFilter,
-    MoveTaskCreateOutcome, MoveTaskCreateParams, MoveTaskFilter, MoveTaskStepParams, NewMessage,
-    QueueCreateOutcome, QueueCreateParams, QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams,
-    QueueStats, QueueStatsParams, QueueUpdateParams, ReceiveAttempt, ReceiveOutcome, Store,
-    StoreError, StoreEvent, StoredMessage, VisibilityChange,
+    ChangeVisibilityOutcome, DeadLetterTarget, Deduplication, DeleteOutcome, FailureReport,
+    InsertedMessage, LeaseRef, MessageChangeVisibilityParams, MessageDeleteParams,
+    MessageExpireParams, MessageInsertParams, MessageNackParams, MessagePeekParams,
+    MessageReceiveParams, MoveDestination, MoveFilter, MoveTaskCreateOutcome, MoveTaskCreateParams,
+    MoveTaskFilter, MoveTaskStepParams, NewMessage, QueueCreateOutcome, QueueCreateParams,
+    QueueDeleteParams, QueuePurgeOutcome, QueuePurgeParams, QueueStats, QueueStatsParams,
+    QueueUpdateParams, ReceiveAttempt, ReceiveOutcome, Store, StoreError, StoreEvent,
+    StoredMessage, VisibilityChange,
 };
 
 mod fifo;
@@ -228,6 +229,7 @@ macro_rules! store_conformance {
             purge_empties_once_per_cooldown,
             writes_to_a_deleted_queue_fail_cleanly,
             receive_moves_messages_past_the_limit_to_the_dead_letter_queue,
+            a_dead_letter_move_reports_each_messages_last_failure_class,
             move_tasks_move_visible_messages_once_and_wait_for_held_ones,
             the_relapse_brake_pauses_a_task_whose_messages_come_back,
             a_move_task_is_found_by_its_handle_whatever_its_status,

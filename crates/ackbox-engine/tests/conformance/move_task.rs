@@ -192,7 +192,7 @@ pub async fn the_relapse_brake_pauses_a_task_whose_messages_come_back(fixture: F
         })
         .await
         .unwrap();
-    assert_eq!(relapsed.dead_lettered, 2);
+    assert_eq!(relapsed.dead_lettered.len(), 2);
     let second = store.move_task_step(step()).await.unwrap();
     assert!(second.finished, "the brake stopped the task");
     assert_eq!(second.moved, 0, "before moving more");

@@ -88,7 +88,7 @@ pub async fn a_zero_lease_beside_a_dead_letter_move_returns_each_message_once(fi
         ["fine"],
         "received once, and the poison moved"
     );
-    assert_eq!(second.dead_lettered, 1);
+    assert_eq!(second.dead_lettered.len(), 1);
 }
 
 pub async fn expired_messages_are_dropped_not_delivered(fixture: Fixture) {
@@ -217,6 +217,62 @@ impl PoisonedSource {
     }
 }
 
+/// What a receive moved to the dead-letter queue, it reports with each
+/// message's last failure class (the broker counts dead letters by it).
+pub async fn a_dead_letter_move_reports_each_messages_last_failure_class(fixture: Fixture) {
+    let store = fixture.store.as_ref();
+    let source = create(store, "source", T0).await;
+    let dlq = create(store, "dlq", T0).await;
+    insert(
+        store,
+        source,
+        vec![
+            message("declined", T0, T0),
+            message("timed out", T0 + 1, T0),
+        ],
+    )
+    .await;
+    let first = store
+        .message_receive(receive_params(source, T0, 10, 1_000))
+        .await
+        .unwrap();
+    assert_eq!(bodies(&first), ["declined", "timed out"]);
+    // One consumer says why; the other's lease runs out.
+    let declined = &first.messages[0];
+    store
+        .message_nack(MessageNackParams {
+            queue_id: source,
+            now: T0,
+            lease: LeaseRef {
+                seq: declined.seq,
+                lease: declined.receive_count,
+            },
+            visible_at: T0,
+            failure: Some(FailureReport {
+                class: "CardDeclined".into(),
+                message: "insufficient funds".into(),
+            }),
+            permanent: false,
+            dead_letter: None,
+        })
+        .await
+        .unwrap();
+    let second = store
+        .message_receive(MessageReceiveParams {
+            dead_letter: Some(DeadLetterTarget {
+                queue_id: dlq,
+                max_receive_count: 1,
+                source_arn: "arn:source".into(),
+            }),
+            ..receive_params(source, T0 + 2_000, 10, 1_000)
+        })
+        .await
+        .unwrap();
+    let mut classes = second.dead_lettered.clone();
+    classes.sort();
+    assert_eq!(classes, [None, Some("CardDeclined".to_owned())]);
+}
+
 pub async fn receive_moves_messages_past_the_limit_to_the_dead_letter_queue(fixture: Fixture) {
     let store = fixture.store.as_ref();
     let poisoned = PoisonedSource::create(store).await;
@@ -230,7 +286,7 @@ pub async fn receive_moves_messages_past_the_limit_to_the_dead_letter_queue(fixt
         ["fine"],
         "the poison message is not delivered again"
     );
-    assert_eq!(second.dead_lettered, 1);
+    assert_eq!(second.dead_lettered.len(), 1);
     let in_source = stats(store, source, T0 + 1_000).await;
     assert_eq!(
         in_source.visible + in_source.in_flight + in_source.delayed,
@@ -309,6 +365,6 @@ pub async fn a_missing_dead_letter_queue_moves_nothing(fixture: Fixture) {
             1,
             "round {round}: never dropped, still delivered"
         );
-        assert_eq!(outcome.dead_lettered, 0);
+        assert!(outcome.dead_lettered.is_empty());
     }
 }

@@ -551,7 +551,7 @@ impl Store for PostgresStore {
         }
         outcome.messages.extend(more.messages);
         outcome.expired += more.expired;
-        outcome.dead_lettered += more.dead_lettered;
+        outcome.dead_lettered.extend(more.dead_lettered);
         Ok(outcome)
     }
 

@@ -220,7 +220,7 @@ impl<'a> ReceivePass<'a> {
             }
             Fate::DeadLetter(target) => {
                 move_to_dead_letter_queue(connection, message.seq, target, params.now).await?;
-                self.outcome.dead_lettered += 1;
+                self.outcome.dead_lettered.push(message.failures.last_class);
                 return Ok(Met::Dropped);
             }
             Fate::Lease => {}

@@ -87,7 +87,9 @@ impl<'a> ReceivePass<'a> {
             }
             Fate::DeadLetter(target) => {
                 move_to_dead_letter_queue(connection, seq, target, params.now)?;
-                self.outcome.dead_lettered += 1;
+                self.outcome
+                    .dead_lettered
+                    .push(row.message.failures.last_class);
                 return Ok(Met::Dropped);
             }
             Fate::Lease => {}
