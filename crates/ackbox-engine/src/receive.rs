@@ -95,6 +95,9 @@ pub const MAX_PEEK_MESSAGES: i32 = 100;
 /// attributes asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MessageView {
+    /// The store's sequence number: where a peek goes on from
+    /// ([`Engine::peek_messages`]'s `after_seq`).
+    pub seq: i64,
     /// The message id.
     pub message_id: String,
     /// The body.
@@ -172,6 +175,7 @@ impl MessageView {
                 .collect()
         };
         Self {
+            seq: message.seq,
             message_id: message.message_id,
             body: message.body,
             md5_of_body: message.md5_of_body,
@@ -468,13 +472,15 @@ impl Engine {
         Ok(classes)
     }
 
-    /// PeekMessages (ackbox extension): up to `max` messages of a queue,
-    /// oldest first, whatever their state, without leasing them. Meant for
-    /// operators looking into a dead-letter queue.
+    /// PeekMessages (ackbox extension): up to `max` messages of a queue
+    /// stored after `after_seq` (0: from the start), oldest first, whatever
+    /// their state, without leasing them. Meant for operators looking into
+    /// a queue, page by page.
     pub async fn peek_messages(
         &self,
         queue_name: &QueueName,
         max: Option<i32>,
+        after_seq: i64,
         request: &ReceiveRequest,
     ) -> Result<Vec<MessageView>, EngineError> {
         request.validate()?;
@@ -497,7 +503,7 @@ impl Engine {
             .message_peek(MessagePeekParams {
                 queue_id: queue.id,
                 limit,
-                after_seq: 0,
+                after_seq,
             })
             .await?;
         Ok(messages

@@ -80,6 +80,11 @@ pub fn app(state: AppState) -> Router {
         )
         .route("/ui/queues/{name}/redrive", post(crate::ui::redrive))
         .route("/ui/queues/{name}/cancel", post(crate::ui::cancel))
+        .route("/ui/queues/{name}/resume", post(crate::ui::resume))
+        .route("/ui/queues/{name}/send", post(crate::ui::send))
+        .route("/ui/queues/{name}/delete", post(crate::ui::delete))
+        .route("/ui/queues", post(crate::ui::create))
+        .route("/ui/new-queue", get(crate::ui::new_queue))
         .route("/ui/queues/{name}/purge", post(crate::ui::purge))
         .route_layer(middleware::from_fn_with_state(state.clone(), basic_auth));
     Router::new()
@@ -277,10 +282,7 @@ async fn respond(
         tracing::Span::current().record("action", action.name());
     }
     tracing::Span::current().record("principal", caller.principal());
-    let sender_id = match &caller {
-        Caller::Anonymous => state.engine.realm().account_id.clone(),
-        Caller::Key(key) => key.access_key_id.clone(),
-    };
+    let sender_id = caller.sender_id(&state.engine.realm().account_id);
     let context = RequestContext {
         base_url,
         sender_id,

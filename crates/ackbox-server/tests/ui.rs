@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use ackbox_core::utc::rfc3339;
 use ackbox_testkit::client::{call_json, create_queue};
 use ackbox_testkit::server::TestServer;
+use ackbox_testkit::webdriver::Browser;
 use aws_sdk_sqs::types::QueueAttributeName;
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -246,12 +247,31 @@ async fn a_read_only_dashboard_shows_everything_and_changes_nothing() {
     )
     .await;
     assert_eq!(status, 403);
-    let (status, _, _) = http(&server, "POST", "/ui/queues/work-dlq/redrive", "rate=10").await;
+    for (path, form) in [
+        ("/ui/queues/work-dlq/redrive", "rate=10"),
+        ("/ui/queues/work-dlq/send", "body=hello"),
+        ("/ui/queues/work-dlq/delete", "confirm=work-dlq"),
+        ("/ui/queues/work-dlq/resume", "handle=x"),
+        ("/ui/queues", "name=made-anyway"),
+    ] {
+        let (status, _, _) = http(&server, "POST", path, form).await;
+        assert_eq!(status, 403, "POST {path}");
+    }
+    let (status, _, _) = http(&server, "GET", "/ui/new-queue", "").await;
     assert_eq!(status, 403);
+    let (_, _, list) = http(&server, "GET", "/ui", "").await;
+    assert!(!list.contains("new-queue"), "{list}");
     assert_eq!(
         ackbox_testkit::client::queue_depth(&server.client(), &dlq).await,
         3
     );
+    let made = server
+        .client()
+        .get_queue_url()
+        .queue_name("made-anyway")
+        .send()
+        .await;
+    assert!(made.is_err(), "{made:?}");
     let (status, _, _) = http(&server, "GET", "/ui/queues/no-such-queue", "").await;
     assert_eq!(status, 404);
 }
@@ -262,15 +282,11 @@ async fn a_read_only_dashboard_shows_everything_and_changes_nothing() {
 /// chromedriver (`.ci/run` installs Chromium and sets it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_real_browser_a_person_redrives_a_dead_letter_queue() {
-    let Ok(driver) = std::env::var("ACKBOX_TEST_CHROMEDRIVER") else {
-        eprintln!(
-            "skipped: ACKBOX_TEST_CHROMEDRIVER is not set, so the dashboard is not tested in a browser here"
-        );
+    let Some(browser) = browser().await else {
         return;
     };
     let server = TestServer::builder().start().await;
     let (work, _) = dead_lettered(&server).await;
-    let browser = ackbox_testkit::webdriver::Browser::start(&driver).await;
     browser.visit(&format!("{}/ui", server.url())).await;
     assert!(browser.source().await.contains("work-dlq"));
     browser.click("a[href='/ui/queues/work-dlq']").await;
@@ -302,14 +318,153 @@ async fn in_a_real_browser_a_person_redrives_a_dead_letter_queue() {
         );
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    keep_screenshot(&browser, "dashboard-redrive.png").await;
+    assert_eq!(
+        ackbox_testkit::client::queue_depth(&server.client(), &work).await,
+        3
+    );
+}
+
+/// Keeps a screenshot of what the browser shows, as `name`, with the CI
+/// artifacts.
+async fn keep_screenshot(browser: &Browser, name: &str) {
     let screenshot = browser.screenshot().await;
     assert!(screenshot.starts_with(b"\x89PNG"), "a PNG screenshot");
     let artifacts = std::env::var("ACKBOX_ARTIFACTS_DIR")
         .unwrap_or_else(|_| std::env::temp_dir().display().to_string());
     std::fs::create_dir_all(&artifacts).unwrap();
-    let path = std::path::Path::new(&artifacts).join("dashboard-redrive.png");
+    let path = std::path::Path::new(&artifacts).join(name);
     std::fs::write(&path, screenshot).unwrap();
     eprintln!("screenshot: {}", path.display());
+}
+
+/// The page once it shows `needle`: a click may return before the browser
+/// has followed the form's redirect.
+async fn page_showing(browser: &Browser, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let page = browser.source().await;
+        if page.contains(needle) {
+            return page;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the page never showed {needle:?}: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A browser for the dashboard, when `ACKBOX_TEST_CHROMEDRIVER` names a
+/// ChromeDriver (`.ci/run` sets it).
+async fn browser() -> Option<Browser> {
+    let Ok(driver) = std::env::var("ACKBOX_TEST_CHROMEDRIVER") else {
+        eprintln!(
+            "skipped: ACKBOX_TEST_CHROMEDRIVER is not set, so the dashboard is not tested in a browser here"
+        );
+        return None;
+    };
+    Some(Browser::start(&driver).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_real_browser_a_person_creates_a_queue_sends_pages_through_it_and_deletes_it() {
+    let Some(browser) = browser().await else {
+        return;
+    };
+    let server = TestServer::builder().start().await;
+    browser.visit(&format!("{}/ui", server.url())).await;
+    browser.click("a.new-queue").await;
+    page_showing(&browser, "New queue").await;
+    browser.type_into("input[name='name']", "orders").await;
+    browser.click("form.create button").await;
+    page_showing(&browser, "Queue created.").await;
+
+    browser
+        .type_into("textarea[name='body']", "order <1>")
+        .await;
+    browser.click("form.send button").await;
+    page_showing(&browser, "Sent message").await;
+    let client = server.client();
+    let url = client
+        .get_queue_url()
+        .queue_name("orders")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    for index in 2..=25 {
+        client
+            .send_message()
+            .queue_url(&url)
+            .message_body(format!("order {index}."))
+            .send()
+            .await
+            .unwrap();
+    }
+
+    // Twenty to a page, oldest first; the next page goes on after the last.
+    browser
+        .visit(&format!("{}/ui/queues/orders", server.url()))
+        .await;
+    let first = page_showing(&browser, "Next 20").await;
+    assert!(first.contains("order &lt;1&gt;"), "{first}");
+    assert!(
+        first.contains("order 20.") && !first.contains("order 21."),
+        "{first}"
+    );
+    browser.click("a.next-page").await;
+    let second = page_showing(&browser, "First page").await;
+    assert!(
+        (21..=25).all(|index| second.contains(&format!("order {index}.")))
+            && !second.contains("order 20.")
+            && !second.contains("Next 20"),
+        "{second}"
+    );
+    keep_screenshot(&browser, "dashboard-queue-messages.png").await;
+    assert_eq!(
+        ackbox_testkit::client::queue_depth(&client, &url).await,
+        25,
+        "browsing leased nothing"
+    );
+
+    browser
+        .type_into("form.delete input[name='confirm']", "orders")
+        .await;
+    browser.click("form.delete button").await;
+    page_showing(&browser, "Deleted queue orders.").await;
+    let gone = client.get_queue_url().queue_name("orders").send().await;
+    assert!(gone.is_err(), "the queue is gone: {gone:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_real_browser_a_sample_redrive_pauses_for_review_and_is_resumed() {
+    let Some(browser) = browser().await else {
+        return;
+    };
+    let server = TestServer::builder().start().await;
+    let (work, _) = dead_lettered(&server).await;
+    browser
+        .visit(&format!("{}/ui/queues/work-dlq", server.url()))
+        .await;
+    // Each message says where it came from.
+    let page = page_showing(&browser, "CardDeclined").await;
+    assert!(
+        page.contains("<a href=\"/ui/queues/work\">work</a>"),
+        "{page}"
+    );
+    browser.type_into("input[name='sample']", "1").await;
+    browser.click("form[action$='/redrive'] button").await;
+    page_showing(&browser, ">PAUSED<").await;
+    assert_eq!(
+        ackbox_testkit::client::queue_depth(&server.client(), &work).await,
+        1,
+        "the sample moved, the rest waits for review"
+    );
+    browser.click("form.resume button").await;
+    page_showing(&browser, ">COMPLETED<").await;
+    keep_screenshot(&browser, "dashboard-redrive-resumed.png").await;
     assert_eq!(
         ackbox_testkit::client::queue_depth(&server.client(), &work).await,
         3

@@ -77,11 +77,11 @@ impl Browser {
             .to_owned()
     }
 
-    /// Clicks the first element matching the CSS `selector`.
+    /// The WebDriver id of the first element matching the CSS `selector`.
     ///
     /// # Panics
     /// When no element matches.
-    pub async fn click(&self, selector: &str) {
+    async fn element(&self, selector: &str) -> String {
         let found = self
             .command(
                 "POST",
@@ -89,16 +89,39 @@ impl Browser {
                 Some(&json!({ "using": "css selector", "value": selector })),
             )
             .await;
-        let element = found
+        found
             .as_object()
             .and_then(|object| object.values().next())
             .and_then(Value::as_str)
             .unwrap_or_else(|| panic!("no element matches {selector}: {found}"))
-            .to_owned();
+            .to_owned()
+    }
+
+    /// Clicks the first element matching the CSS `selector`.
+    ///
+    /// # Panics
+    /// When no element matches.
+    pub async fn click(&self, selector: &str) {
+        let element = self.element(selector).await;
         self.command(
             "POST",
             &format!("/element/{element}/click"),
             Some(&json!({})),
+        )
+        .await;
+    }
+
+    /// Types `text` into the first element matching the CSS `selector`, as
+    /// a person at the keyboard would.
+    ///
+    /// # Panics
+    /// When no element matches.
+    pub async fn type_into(&self, selector: &str, text: &str) {
+        let element = self.element(selector).await;
+        self.command(
+            "POST",
+            &format!("/element/{element}/value"),
+            Some(&json!({ "text": text })),
         )
         .await;
     }

@@ -44,7 +44,7 @@ pub async fn handle(context: &RequestContext, request: Request) -> Result<Respon
     };
     let messages = context
         .engine
-        .peek_messages(&name, request.max_number_of_messages, &view)
+        .peek_messages(&name, request.max_number_of_messages, 0, &view)
         .await?;
     Ok(Response {
         messages: messages.into_iter().map(Message::from).collect(),

@@ -43,6 +43,15 @@ impl Caller {
         }
     }
 
+    /// The `SenderId` its sends carry: the access key id, or the account id
+    /// when requests are not authenticated.
+    pub fn sender_id(&self, account_id: &str) -> String {
+        match self {
+            Self::Anonymous => account_id.to_owned(),
+            Self::Key(key) => key.access_key_id.clone(),
+        }
+    }
+
     /// Whether the caller may use the queue `name`.
     pub fn may_use_queue(&self, name: &str) -> bool {
         match self {

@@ -1,10 +1,12 @@
 //! The dashboard at `/ui`: server-rendered HTML, no scripts, no CDN — it
 //! works offline and in any browser. Topics and their subscriptions
-//! (`topics.rs`); queues with their depths; a queue's
-//! attributes; a dead-letter queue's failure classes and messages; starting
-//! (or dry-running), watching and cancelling a redrive; purging with a typed
-//! confirmation; a queue's or topic's archive and its replays (`archive.rs`). With `--ui-read-only` every form is gone and every POST is
-//! refused.
+//! (`topics.rs`); queues with their depths, created and deleted
+//! (`queue_admin.rs`); a queue's attributes and its messages page by page,
+//! and a message sent to it (`messages.rs`); a dead-letter queue's failure
+//! classes; starting (or dry-running), watching, resuming and cancelling a
+//! redrive; purging with a typed confirmation; a queue's or topic's archive
+//! and its replays (`archive.rs`). With `--ui-read-only` every form is gone
+//! and every POST is refused.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,7 +14,6 @@ use std::fmt::Write as _;
 use ackbox_core::queue_name::QueueName;
 use ackbox_core::utc::rfc3339;
 use ackbox_engine::Purge;
-use ackbox_engine::receive::{ACKBOX_SYSTEM_ATTRIBUTE_NAMES, ReceiveRequest};
 use ackbox_engine::store::MoveFilter;
 use axum::Form;
 use axum::extract::{Extension, Path, Query, State};
@@ -24,9 +25,14 @@ use crate::app::AppState;
 use crate::auth::Caller;
 
 mod archive;
+mod messages;
+mod queue_admin;
 mod topics;
 
 use archive::{ArchiveOf, CancelReplayForm, ReplayForm};
+use messages::Paging;
+pub(crate) use messages::send;
+pub(crate) use queue_admin::{create, delete, new_queue};
 pub(crate) use topics::{cancel_replay, replay, topic, topics};
 
 /// Escapes text for HTML element content and attribute values.
@@ -89,6 +95,7 @@ fn seconds(age: f64) -> String {
 pub(crate) async fn queues(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
+    Query(notice): Query<Notice>,
 ) -> Response {
     if !caller.may_perform("ListQueues") {
         return Refusal::Denied("ListQueues").into_response();
@@ -99,7 +106,11 @@ pub(crate) async fn queues(
     };
     depths.retain(|depth| caller.may_use_queue(depth.name.as_str()));
     state.history.note_new(&depths);
-    let mut body = String::from(
+    let mut body = notice.render();
+    if !state.ui_read_only {
+        body.push_str("<p><a class=\"new-queue\" href=\"/ui/new-queue\">Create a queue</a></p>");
+    }
+    body.push_str(
         "<table><tr><th>queue</th><th class=\"num\">visible</th><th class=\"num\">in flight</th>\
          <th class=\"num\">delayed</th><th class=\"num\">oldest</th><th>last hour</th><th></th></tr>",
     );
@@ -160,6 +171,7 @@ pub(crate) async fn queue(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     Query(notice): Query<Notice>,
+    Query(paging): Query<Paging>,
 ) -> Response {
     let Ok(name) = name.parse::<QueueName>() else {
         return error_page(StatusCode::NOT_FOUND, "No such queue.");
@@ -202,8 +214,21 @@ pub(crate) async fn queue(
         );
     }
     let mut running = false;
-    if depth.as_ref().is_some_and(|depth| depth.dead_letter_queue) {
-        running = dead_letter_sections(&state, &caller, &name, &mut body).await;
+    let dead_letter_queue = depth.as_ref().is_some_and(|depth| depth.dead_letter_queue);
+    if dead_letter_queue {
+        running = dead_letter_sections(&state, &name, &mut body).await;
+    }
+    messages::section(
+        &state,
+        &caller,
+        &name,
+        dead_letter_queue,
+        &paging,
+        &mut body,
+    )
+    .await;
+    if !state.ui_read_only {
+        messages::send_form(&name, &mut body);
     }
     archive::section(&state, &caller, &ArchiveOf::Queue(name.clone()), &mut body).await;
     body.push_str("<h2>Attributes</h2><table>");
@@ -224,18 +249,14 @@ pub(crate) async fn queue(
              <label>Type the queue name to delete every message in it: <input name=\"confirm\" autocomplete=\"off\"></label>\
              <button>Purge</button></form>"
         );
+        queue_admin::delete_form(&name, &mut body);
     }
     page(name.as_str(), running.then_some(2), &body).into_response()
 }
 
-/// Failure classes, messages, the redrive form and the move tasks of a
-/// dead-letter queue; `true` while a task runs (the page then refreshes).
-async fn dead_letter_sections(
-    state: &AppState,
-    caller: &Caller,
-    name: &QueueName,
-    body: &mut String,
-) -> bool {
+/// Failure classes, the redrive form and the move tasks of a dead-letter
+/// queue; `true` while a task runs (the page then refreshes).
+async fn dead_letter_sections(state: &AppState, name: &QueueName, body: &mut String) -> bool {
     let engine = &state.engine;
     let quoted = escape(name.as_str());
     body.push_str("<h2>Failures</h2><table><tr><th>class</th><th class=\"num\">messages</th><th>oldest sent</th><th>example</th></tr>");
@@ -256,42 +277,6 @@ async fn dead_letter_sections(
             class.count,
             rfc3339(class.oldest_sent_at),
             escape(class.example.as_deref().unwrap_or(""))
-        );
-    }
-    body.push_str("</table>");
-    let request = ReceiveRequest {
-        system_attribute_names: std::iter::once("All")
-            .chain(ACKBOX_SYSTEM_ATTRIBUTE_NAMES)
-            .map(str::to_owned)
-            .collect(),
-        ..ReceiveRequest::default()
-    };
-    body.push_str("<h2>Messages</h2><table><tr><th>id</th><th>body</th><th>failure</th><th class=\"num\">receives</th></tr>");
-    let peeked = if caller.may_perform("PeekMessages") {
-        engine
-            .peek_messages(name, Some(20), &request)
-            .await
-            .unwrap_or_default()
-    } else {
-        body.push_str(
-            "<tr><td colspan=\"4\">This key may not read messages (PeekMessages).</td></tr>",
-        );
-        Vec::new()
-    };
-    for message in peeked {
-        let attribute = |key: &str| message.attributes.get(key).map_or("", String::as_str);
-        let mut shown: String = message.body.chars().take(300).collect();
-        if message.body.chars().count() > 300 {
-            shown.push('…');
-        }
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><td><pre>{}</pre></td><td>{} {}</td><td class=\"num\">{}</td></tr>",
-            escape(&message.message_id),
-            escape(&shown),
-            escape(attribute("AckBoxFailureClass")),
-            escape(attribute("AckBoxFailureMessage")),
-            escape(attribute("ApproximateReceiveCount"))
         );
     }
     body.push_str("</table>");
@@ -322,10 +307,20 @@ async fn dead_letter_sections(
         for task in &tasks {
             running |= task.status == "RUNNING";
             let action = match (&task.handle, state.ui_read_only) {
-                (Some(handle), false) => format!(
-                    "<form method=\"post\" action=\"/ui/queues/{quoted}/cancel\"><input type=\"hidden\" name=\"handle\" value=\"{}\"><button>Cancel</button></form>",
-                    escape(handle)
-                ),
+                (Some(handle), false) => {
+                    let button = |verb: &str, label: &str| {
+                        format!(
+                            "<form method=\"post\" action=\"/ui/queues/{quoted}/{verb}\" class=\"{verb}\"><input type=\"hidden\" name=\"handle\" value=\"{}\"><button>{label}</button></form>",
+                            escape(handle)
+                        )
+                    };
+                    let resume = if task.status == "PAUSED" {
+                        button("resume", "Resume")
+                    } else {
+                        String::new()
+                    };
+                    resume + &button("cancel", "Cancel")
+                }
                 _ => String::new(),
             };
             let _ = write!(
@@ -525,10 +520,39 @@ fn requested_by(caller: &Caller) -> String {
     }
 }
 
-/// The cancel form.
+/// The form naming one move task: cancel it, or resume it after its sample.
 #[derive(Debug, Deserialize)]
-pub(crate) struct CancelForm {
+pub(crate) struct TaskForm {
     handle: String,
+}
+
+/// Whether the task `handle` redrives the queue `name`. A handle posted
+/// under one queue must be that queue's task, or a key allowed on one queue
+/// could cancel or resume another's redrive.
+async fn is_task_of(state: &AppState, name: &QueueName, handle: &str) -> bool {
+    let arn = state.engine.realm().queue_arn(name);
+    matches!(state.engine.move_task(handle).await, Ok(Some(task)) if task.source_arn == arn)
+}
+
+/// `POST /ui/queues/{name}/resume`: a redrive paused after its sample goes on.
+pub(crate) async fn resume(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    Form(form): Form<TaskForm>,
+) -> Response {
+    let name = match target(&state, &caller, "ResumeMessageMoveTask", &headers, &name) {
+        Ok(name) => name,
+        Err(refusal) => return refusal.into_response(),
+    };
+    if !is_task_of(&state, &name, &form.handle).await {
+        return back(&name, "error", "No such redrive of this queue.");
+    }
+    match state.engine.resume_message_move_task(&form.handle).await {
+        Ok(_) => back(&name, "notice", "Redrive resumed."),
+        Err(error) => back(&name, "error", &error.to_string()),
+    }
 }
 
 /// `POST /ui/queues/{name}/cancel`.
@@ -537,18 +561,14 @@ pub(crate) async fn cancel(
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Path(name): Path<String>,
-    Form(form): Form<CancelForm>,
+    Form(form): Form<TaskForm>,
 ) -> Response {
     let name = match target(&state, &caller, "CancelMessageMoveTask", &headers, &name) {
         Ok(name) => name,
         Err(refusal) => return refusal.into_response(),
     };
-    // A handle posted under one queue must be that queue's task, or a key
-    // allowed on one queue could cancel another's redrive.
-    let arn = state.engine.realm().queue_arn(&name);
-    match state.engine.move_task(&form.handle).await {
-        Ok(Some(task)) if task.source_arn == arn => {}
-        _ => return back(&name, "error", "No such redrive of this queue."),
+    if !is_task_of(&state, &name, &form.handle).await {
+        return back(&name, "error", "No such redrive of this queue.");
     }
     match state.engine.cancel_message_move_task(&form.handle).await {
         Ok(moved) => back(
