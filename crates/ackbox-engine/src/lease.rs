@@ -114,6 +114,47 @@ impl Engine {
         Ok(results)
     }
 
+    /// Deletes message `seq` of a standard queue as a peek saw it, after
+    /// `receive_count` receives: an operator's delete, by no lease. A
+    /// consumer that received it since holds a newer lease, and the message
+    /// stays for it. A FIFO queue's message is deleted only under a running
+    /// lease (its group's order depends on it).
+    pub async fn delete_as_peeked(
+        &self,
+        queue_name: &QueueName,
+        seq: i64,
+        receive_count: i64,
+    ) -> Result<PeekedDelete, EngineError> {
+        let queue = self.queue(queue_name).await?;
+        let mut outcomes = self
+            .inner
+            .store
+            .message_delete_batch(MessageDeleteParams {
+                queue_id: queue.id,
+                now: self.now(),
+                leases: vec![LeaseRef {
+                    seq,
+                    lease: receive_count,
+                }],
+            })
+            .await?;
+        match outcomes.pop() {
+            Some(DeleteOutcome::Deleted) => {
+                if queue.snapshot().attributes.is_fifo() {
+                    queue.arrivals.notify_waiters();
+                }
+                Ok(PeekedDelete::Deleted)
+            }
+            Some(DeleteOutcome::AlreadyGone) | None => Ok(PeekedDelete::AlreadyGone),
+            Some(DeleteOutcome::LeasedToAnother) => Ok(PeekedDelete::ReceivedSince),
+            Some(DeleteOutcome::Expired) => Err(SqsError::invalid_value(format!(
+                "{queue_name} is a FIFO queue: a message of it is deleted only under the lease \
+                 of the consumer that received it, so that its group keeps its order."
+            ))
+            .into()),
+        }
+    }
+
     /// ChangeMessageVisibility.
     pub async fn change_message_visibility(
         &self,
@@ -211,4 +252,15 @@ fn lease_of(claims: &ReceiptClaims) -> LeaseRef {
         seq: claims.seq,
         lease: claims.lease,
     }
+}
+
+/// What [`Engine::delete_as_peeked`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeekedDelete {
+    /// The message is gone.
+    Deleted,
+    /// It was gone already.
+    AlreadyGone,
+    /// A consumer received it after the peek; it stays for that consumer.
+    ReceivedSince,
 }

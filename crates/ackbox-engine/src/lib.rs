@@ -60,3 +60,4 @@ pub mod topic;
 
 pub use engine::{Engine, EngineConfig, PURGE_AT_ONCE, Purge};
 pub use error::EngineError;
+pub use lease::PeekedDelete;

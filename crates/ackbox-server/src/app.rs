@@ -85,6 +85,18 @@ pub fn app(state: AppState) -> Router {
         .route("/ui/queues/{name}/delete", post(crate::ui::delete))
         .route("/ui/queues", post(crate::ui::create))
         .route("/ui/new-queue", get(crate::ui::new_queue))
+        .route(
+            "/ui/queues/{name}/messages/{seq}",
+            get(crate::ui::message::message),
+        )
+        .route(
+            "/ui/queues/{name}/messages/{seq}/delete",
+            post(crate::ui::message::delete),
+        )
+        .route(
+            "/ui/queues/{name}/messages/{seq}/resend",
+            post(crate::ui::message::resend),
+        )
         .route("/ui/queues/{name}/purge", post(crate::ui::purge))
         .route_layer(middleware::from_fn_with_state(state.clone(), basic_auth));
     Router::new()

@@ -43,15 +43,18 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> Option<f64> {
         .and_then(|line| line.rsplit(' ').next()?.parse().ok())
 }
 
-#[tokio::test]
-async fn metrics_count_what_happened_and_show_queue_depths() {
-    let server = TestServer::builder().start().await;
-    let client = server.client();
-    let dlq = create_queue(&client, "metrics-dlq").await;
-    let dlq_arn = ackbox_testkit::client::queue_arn(&client, &dlq).await;
+/// Queue `name` whose messages go to the queue `dlq` after one receive:
+/// its URL, and the dead-letter queue's ARN.
+async fn with_dead_letter_queue(
+    client: &aws_sdk_sqs::Client,
+    name: &str,
+    dlq: &str,
+) -> (String, String) {
+    let dlq = create_queue(client, dlq).await;
+    let dlq_arn = ackbox_testkit::client::queue_arn(client, &dlq).await;
     let url = client
         .create_queue()
-        .queue_name("metrics-work")
+        .queue_name(name)
         .attributes(
             QueueAttributeName::RedrivePolicy,
             format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":1}}"#),
@@ -61,6 +64,14 @@ async fn metrics_count_what_happened_and_show_queue_depths() {
         .unwrap()
         .queue_url
         .unwrap();
+    (url, dlq_arn)
+}
+
+#[tokio::test]
+async fn metrics_count_what_happened_and_show_queue_depths() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let (url, _) = with_dead_letter_queue(&client, "metrics-work", "metrics-dlq").await;
     for index in 0..3 {
         client
             .send_message()
@@ -191,20 +202,7 @@ async fn metrics_count_what_happened_and_show_queue_depths() {
 async fn dead_letters_by_class_processing_times_and_move_tasks_are_measured() {
     let server = TestServer::builder().start().await;
     let client = server.client();
-    let dlq = create_queue(&client, "classes-dlq").await;
-    let dlq_arn = ackbox_testkit::client::queue_arn(&client, &dlq).await;
-    let work = client
-        .create_queue()
-        .queue_name("classes-work")
-        .attributes(
-            QueueAttributeName::RedrivePolicy,
-            format!(r#"{{"deadLetterTargetArn":"{dlq_arn}","maxReceiveCount":1}}"#),
-        )
-        .send()
-        .await
-        .unwrap()
-        .queue_url
-        .unwrap();
+    let (work, dlq_arn) = with_dead_letter_queue(&client, "classes-work", "classes-dlq").await;
     for index in 0..3 {
         client
             .send_message()

@@ -471,6 +471,124 @@ async fn in_a_real_browser_a_sample_redrive_pauses_for_review_and_is_resumed() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_real_browser_a_dead_letter_is_read_edited_sent_home_and_another_deleted() {
+    let Some(browser) = browser().await else {
+        return;
+    };
+    let server = TestServer::builder().start().await;
+    let (work, dlq) = dead_lettered(&server).await;
+    browser
+        .visit(&format!("{}/ui/queues/work-dlq", server.url()))
+        .await;
+    page_showing(&browser, "CardDeclined").await;
+    browser.click("a.message").await;
+    let page = page_showing(&browser, "Send it again").await;
+    assert!(
+        page.contains("issuer said no") && page.contains("AckBoxFailureClass"),
+        "every attribute is on the message's page: {page}"
+    );
+    keep_screenshot(&browser, "dashboard-message.png").await;
+    // Fixed and sent home: to its source queue, which the form names.
+    browser
+        .type_into("form.resend textarea[name='body']", " (fixed)")
+        .await;
+    browser.click("form.resend button").await;
+    page_showing(&browser, "the original is deleted").await;
+    let client = server.client();
+    let home = client
+        .receive_message()
+        .queue_url(&work)
+        .send()
+        .await
+        .unwrap();
+    let bodies: Vec<&str> = home
+        .messages()
+        .iter()
+        .filter_map(|message| message.body())
+        .collect();
+    assert!(
+        matches!(bodies[..], [body] if body.strip_suffix(" (fixed)").is_some_and(|sent| {
+            ["charge 1", "charge 2", "<script>alert(1)</script>"].contains(&sent)
+        })),
+        "the dead letter, as edited, is home: {bodies:?}"
+    );
+    assert_eq!(ackbox_testkit::client::queue_depth(&client, &dlq).await, 2);
+
+    browser.click("a.message").await;
+    page_showing(&browser, "Delete this message").await;
+    browser.click("form.delete-message button").await;
+    page_showing(&browser, "Message deleted.").await;
+    assert_eq!(ackbox_testkit::client::queue_depth(&client, &dlq).await, 1);
+}
+
+/// The dashboard deletes a message as its page saw it: once a consumer
+/// has received it since, the message is the consumer's and stays.
+#[tokio::test]
+async fn a_message_received_since_its_page_was_read_is_not_deleted_from_under_its_consumer() {
+    let server = TestServer::builder().start().await;
+    let client = server.client();
+    let url = create_queue(&client, "orders").await;
+    client
+        .send_message()
+        .queue_url(&url)
+        .message_body("order 1")
+        .send()
+        .await
+        .unwrap();
+    let (_, _, page) = http(&server, "GET", "/ui/queues/orders", "").await;
+    let link = page
+        .split("href=\"")
+        .filter_map(|rest| rest.split('"').next())
+        .find(|href| href.starts_with("/ui/queues/orders/messages/"))
+        .unwrap_or_else(|| panic!("no message link: {page}"))
+        .to_owned();
+    let (_, _, message) = http(&server, "GET", &link, "").await;
+    assert!(message.contains("order 1"), "{message}");
+    // Read with 0 receives; a consumer takes it now.
+    let received = client
+        .receive_message()
+        .queue_url(&url)
+        .visibility_timeout(60)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(received.messages().len(), 1);
+    let (status, location, _) = http(
+        &server,
+        "POST",
+        &format!("{link}/delete"),
+        "receive_count=0",
+    )
+    .await;
+    assert_eq!(status, 303);
+    assert!(
+        location
+            .as_deref()
+            .is_some_and(|to| to.contains("received+it+since")),
+        "{location:?}"
+    );
+    assert_eq!(
+        ackbox_testkit::client::queue_depth(&client, &url).await,
+        1,
+        "the consumer's message stays"
+    );
+    let (_, location, _) = http(
+        &server,
+        "POST",
+        &format!("{link}/delete"),
+        "receive_count=1",
+    )
+    .await;
+    assert!(
+        location
+            .as_deref()
+            .is_some_and(|to| to.contains("Message+deleted")),
+        "{location:?}"
+    );
+    assert_eq!(ackbox_testkit::client::queue_depth(&client, &url).await, 0);
+}
+
 #[tokio::test]
 async fn topics_show_each_subscription_its_state_and_a_push_backlog() {
     let server = TestServer::builder().start().await;

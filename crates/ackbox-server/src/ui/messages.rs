@@ -85,7 +85,8 @@ pub(crate) async fn section(
         }
         let _ = write!(
             body,
-            "<tr><td>{}</td><td>{sent}</td>",
+            "<tr><td><a class=\"message\" href=\"/ui/queues/{quoted}/messages/{}\">{}</a></td><td>{sent}</td>",
+            message.seq,
             escape(&message.message_id)
         );
         if dead_letter_queue {

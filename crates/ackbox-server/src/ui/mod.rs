@@ -2,7 +2,8 @@
 //! works offline and in any browser. Topics and their subscriptions
 //! (`topics.rs`); queues with their depths, created and deleted
 //! (`queue_admin.rs`); a queue's attributes and its messages page by page,
-//! and a message sent to it (`messages.rs`); a dead-letter queue's failure
+//! and a message sent to it (`messages.rs`); one message, deleted or sent
+//! again — a dead letter to its source — (`message.rs`); a dead-letter queue's failure
 //! classes; starting (or dry-running), watching, resuming and cancelling a
 //! redrive; purging with a typed confirmation; a queue's or topic's archive
 //! and its replays (`archive.rs`). With `--ui-read-only` every form is gone
@@ -25,6 +26,7 @@ use crate::app::AppState;
 use crate::auth::Caller;
 
 mod archive;
+pub(crate) mod message;
 mod messages;
 mod queue_admin;
 mod topics;
@@ -242,14 +244,18 @@ pub(crate) async fn queue(
     }
     body.push_str("</table>");
     if !state.ui_read_only {
-        let quoted = escape(name.as_str());
-        let _ = write!(
-            body,
-            "<h2>Purge</h2><form method=\"post\" action=\"/ui/queues/{quoted}/purge\">\
-             <label>Type the queue name to delete every message in it: <input name=\"confirm\" autocomplete=\"off\"></label>\
-             <button>Purge</button></form>"
+        typed_confirmation_form(
+            &name,
+            ("purge", "Purge"),
+            "Type the queue name to delete every message in it:",
+            &mut body,
         );
-        queue_admin::delete_form(&name, &mut body);
+        typed_confirmation_form(
+            &name,
+            ("delete", "Delete the queue"),
+            "Type the queue name to delete it and every message in it:",
+            &mut body,
+        );
     }
     page(name.as_str(), running.then_some(2), &body).into_response()
 }
@@ -580,11 +586,36 @@ pub(crate) async fn cancel(
     }
 }
 
-/// The purge form.
+/// A form acting on the whole queue, posted to `/ui/queues/{name}/{action}`
+/// (`action` also its class) only once the queue's name is typed in: what a
+/// slip of the mouse must not do.
+fn typed_confirmation_form(
+    name: &QueueName,
+    (action, heading): (&str, &str),
+    prompt: &str,
+    body: &mut String,
+) {
+    let quoted = escape(name.as_str());
+    let _ = write!(
+        body,
+        "<h2>{heading}</h2><form method=\"post\" action=\"/ui/queues/{quoted}/{action}\" class=\"{action}\">\
+         <label>{prompt} <input name=\"confirm\" autocomplete=\"off\"></label>\
+         <button>{heading}</button></form>"
+    );
+}
+
+/// What a [`typed_confirmation_form`] posts.
 #[derive(Debug, Deserialize)]
-pub(crate) struct PurgeForm {
+pub(crate) struct ConfirmForm {
     #[serde(default)]
     confirm: String,
+}
+
+impl ConfirmForm {
+    /// Whether the queue's name was typed exactly.
+    fn confirms(&self, name: &QueueName) -> bool {
+        self.confirm.trim() == name.as_str()
+    }
 }
 
 /// `POST /ui/queues/{name}/purge`: only with the queue's name typed in.
@@ -593,13 +624,13 @@ pub(crate) async fn purge(
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Path(name): Path<String>,
-    Form(form): Form<PurgeForm>,
+    Form(form): Form<ConfirmForm>,
 ) -> Response {
     let name = match target(&state, &caller, "PurgeQueue", &headers, &name) {
         Ok(name) => name,
         Err(refusal) => return refusal.into_response(),
     };
-    if form.confirm.trim() != name.as_str() {
+    if !form.confirms(&name) {
         return back(
             &name,
             "error",

@@ -2,7 +2,6 @@
 //! with its name typed in, from the dashboard.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 use ackbox_core::queue_name::QueueName;
 use axum::Form;
@@ -11,7 +10,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::{Notice, Refusal, back, back_to, escape, form_allowed, page, target};
+use super::{ConfirmForm, Notice, Refusal, back, back_to, form_allowed, page, target};
 use crate::app::AppState;
 use crate::auth::Caller;
 
@@ -94,37 +93,19 @@ pub(crate) async fn create(
     }
 }
 
-/// The form that deletes the queue, confirmed by its name typed in.
-pub(crate) fn delete_form(name: &QueueName, body: &mut String) {
-    let quoted = escape(name.as_str());
-    let _ = write!(
-        body,
-        "<h2>Delete the queue</h2><form method=\"post\" action=\"/ui/queues/{quoted}/delete\" class=\"delete\">\
-         <label>Type the queue name to delete it and every message in it: <input name=\"confirm\" autocomplete=\"off\"></label>\
-         <button>Delete queue</button></form>"
-    );
-}
-
-/// The delete form.
-#[derive(Debug, Deserialize)]
-pub(crate) struct DeleteForm {
-    #[serde(default)]
-    confirm: String,
-}
-
 /// `POST /ui/queues/{name}/delete`: only with the queue's name typed in.
 pub(crate) async fn delete(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     Path(name): Path<String>,
-    Form(form): Form<DeleteForm>,
+    Form(form): Form<ConfirmForm>,
 ) -> Response {
     let name = match target(&state, &caller, "DeleteQueue", &headers, &name) {
         Ok(name) => name,
         Err(refusal) => return refusal.into_response(),
     };
-    if form.confirm.trim() != name.as_str() {
+    if !form.confirms(&name) {
         return back(
             &name,
             "error",
