@@ -715,32 +715,7 @@ async fn a_topics_archive_is_replayed_watched_and_cancelled_from_the_dashboard()
     );
 
     // One a second: still running when cancelled.
-    let (_, location, _) = http(
-        &server,
-        "POST",
-        "/ui/topics/orders/replay",
-        "destination=rebuild&from=1h&rate=1",
-    )
-    .await;
-    assert!(location.unwrap().contains("notice=Replay"));
-    let (_, _, page) = http(&server, "GET", "/ui/topics/orders", "").await;
-    let handle = page
-        .split("name=\"handle\" value=\"")
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .expect("a running replay has a cancel button")
-        .to_owned();
-    let (_, location, _) = http(
-        &server,
-        "POST",
-        "/ui/topics/orders/replay/cancel",
-        &format!("handle={handle}"),
-    )
-    .await;
-    assert!(
-        location.unwrap().contains("notice=Replay+cancelled"),
-        "the replay is cancelled"
-    );
+    start_and_cancel_a_slow_replay(&server, "/ui/topics/orders").await;
     let (_, _, page) = http(&server, "GET", "/ui/topics/orders", "").await;
     assert!(page.contains("<td>CANCELLED</td>"), "{page}");
 }
@@ -806,29 +781,39 @@ async fn a_queues_archive_is_replayed_and_cancelled_from_its_page() {
     bodies.sort_unstable();
     assert_eq!(bodies, ["o-1", "o-2"]);
 
+    start_and_cancel_a_slow_replay(&server, "/ui/queues/orders").await;
+}
+
+/// From the page at `page` (a topic's or a queue's), a replay of the last
+/// hour into `rebuild` at one message a second — still running — is
+/// started, then cancelled with its row's button.
+async fn start_and_cancel_a_slow_replay(server: &TestServer, page: &str) {
     let (_, location, _) = http(
-        &server,
+        server,
         "POST",
-        "/ui/queues/orders/replay",
+        &format!("{page}/replay"),
         "destination=rebuild&from=1h&rate=1",
     )
     .await;
     assert!(location.unwrap().contains("notice=Replay"));
-    let (_, _, page) = http(&server, "GET", "/ui/queues/orders", "").await;
-    let handle = page
+    let (_, _, shown) = http(server, "GET", page, "").await;
+    let handle = shown
         .split("name=\"handle\" value=\"")
         .nth(1)
         .and_then(|rest| rest.split('"').next())
         .expect("a running replay has a cancel button")
         .to_owned();
     let (_, location, _) = http(
-        &server,
+        server,
         "POST",
-        "/ui/queues/orders/replay/cancel",
+        &format!("{page}/replay/cancel"),
         &format!("handle={handle}"),
     )
     .await;
-    assert!(location.unwrap().contains("notice=Replay+cancelled"));
+    assert!(
+        location.unwrap().contains("notice=Replay+cancelled"),
+        "the replay is cancelled"
+    );
 }
 
 /// The list marks a dead-letter queue red only while it holds something;
