@@ -1,13 +1,18 @@
 //! An archive policy, `{"MessageRetentionPeriod":"<days>"}`: how long an
 //! archive keeps what a topic published (SNS's `ArchivePolicy`) or a queue
-//! was sent (ackbox's `AckBoxArchivePolicy`). An archive is a queue, and a
-//! queue keeps a message 14 days at most, so that is an archive's longest
-//! retention here (SNS allows 365).
+//! was sent (ackbox's `AckBoxArchivePolicy`), from 1 to 365 days as SNS
+//! allows. An archive is a queue that the engine lets keep a message that
+//! long, where any other queue keeps one 14 days at most.
 
-use crate::limits::MAX_RETENTION_SECONDS;
+/// An archive's shortest retention, in days.
+pub const MIN_ARCHIVE_RETENTION_DAYS: i64 = 1;
+/// An archive's longest retention, in days: SNS's.
+pub const MAX_ARCHIVE_RETENTION_DAYS: i64 = 365;
 
-/// An archive's longest retention, in days: a queue's longest.
-pub const MAX_ARCHIVE_RETENTION_DAYS: i64 = MAX_RETENTION_SECONDS / 86_400;
+/// A retention of `days` days, in seconds.
+pub const fn retention_seconds(days: i64) -> i64 {
+    days * 86_400
+}
 
 /// The retention a policy asks for, in days; `None` when it turns
 /// archiving off (empty, or `{}`); otherwise why it is refused.
@@ -30,11 +35,12 @@ pub fn parse(value: &str) -> Result<Option<i64>, String> {
         .as_i64()
         .or_else(|| period.as_str().and_then(|days| days.parse().ok()));
     match days {
-        Some(days) if (1..=MAX_ARCHIVE_RETENTION_DAYS).contains(&days) => Ok(Some(days)),
+        Some(days) if (MIN_ARCHIVE_RETENTION_DAYS..=MAX_ARCHIVE_RETENTION_DAYS).contains(&days) => {
+            Ok(Some(days))
+        }
         _ => Err(format!(
-            "MessageRetentionPeriod {period} must be a whole number of days from 1 to \
-             {MAX_ARCHIVE_RETENTION_DAYS} (an ackbox archive is a queue, which keeps a message \
-             {MAX_ARCHIVE_RETENTION_DAYS} days at most)."
+            "MessageRetentionPeriod {period} must be a whole number of days from \
+             {MIN_ARCHIVE_RETENTION_DAYS} to {MAX_ARCHIVE_RETENTION_DAYS}."
         )),
     }
 }
@@ -49,15 +55,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_policy_names_its_retention_in_days_within_a_queues_bound() {
+    fn a_policy_names_its_retention_in_days_within_snss_bound() {
         assert_eq!(parse(r#"{"MessageRetentionPeriod":"7"}"#), Ok(Some(7)));
         assert_eq!(parse(r#"{"MessageRetentionPeriod":14}"#), Ok(Some(14)));
+        assert_eq!(parse(r#"{"MessageRetentionPeriod":"365"}"#), Ok(Some(365)));
         assert_eq!(parse(&render(3)), Ok(Some(3)));
         assert_eq!(parse(""), Ok(None));
         assert_eq!(parse("{}"), Ok(None));
         for (policy, names) in [
-            (r#"{"MessageRetentionPeriod":"365"}"#, "from 1 to 14"),
-            (r#"{"MessageRetentionPeriod":"0"}"#, "from 1 to 14"),
+            (r#"{"MessageRetentionPeriod":"366"}"#, "from 1 to 365"),
+            (r#"{"MessageRetentionPeriod":"0"}"#, "from 1 to 365"),
             (r#"{"MessageRetentionPeriod":"a week"}"#, "\"a week\""),
             (r#"{"Retention":"7"}"#, "\"Retention\""),
             ("7", "not a JSON object"),

@@ -50,6 +50,11 @@ const REDRIVE_POLICY: &str = "RedrivePolicy";
 /// ackbox's own: keep every message sent in an archive for replays.
 pub const ARCHIVE_POLICY: &str = "AckBoxArchivePolicy";
 const REDRIVE_ALLOW_POLICY: &str = "RedriveAllowPolicy";
+/// Kept with a queue that holds an archive: how long it keeps a message,
+/// seconds, up to an archive's 365 days where any other queue keeps 14.
+/// The engine sets it; SetQueueAttributes and GetQueueAttributes do not
+/// know it.
+const ARCHIVE_QUEUE_RETENTION_PERIOD: &str = "AckBoxArchiveQueueRetentionPeriod";
 
 /// The queue type; set at creation and never changed.
 const FIFO_QUEUE: &str = "FifoQueue";
@@ -161,6 +166,9 @@ pub struct QueueAttributes {
     /// How many days the queue's archive keeps what is sent to it; `None`
     /// when it keeps no archive ([`ARCHIVE_POLICY`]).
     pub archive_retention_days: Option<i64>,
+    /// `Some` on a queue that holds an archive: how long it keeps a
+    /// message, seconds, in place of `message_retention_period`.
+    pub archive_queue_retention_period: Option<i64>,
 }
 
 impl Default for QueueAttributes {
@@ -176,6 +184,7 @@ impl Default for QueueAttributes {
             passthrough: BTreeMap::new(),
             fifo: None,
             archive_retention_days: None,
+            archive_queue_retention_period: None,
         }
     }
 }
@@ -208,6 +217,13 @@ impl QueueAttributes {
     /// Whether this is a FIFO queue.
     pub fn is_fifo(&self) -> bool {
         self.fifo.is_some()
+    }
+
+    /// How long the queue keeps a message, seconds: an archive's retention
+    /// on a queue that holds one, else `MessageRetentionPeriod`.
+    pub fn retention_seconds(&self) -> i64 {
+        self.archive_queue_retention_period
+            .unwrap_or(self.message_retention_period)
     }
 
     /// Applies a map of wire attributes on top of `self`, validating each and
@@ -431,6 +447,12 @@ impl QueueAttributes {
         if let Some(days) = self.archive_retention_days {
             map.insert(ARCHIVE_POLICY.to_owned(), archive_policy::render(days));
         }
+        if let Some(seconds) = self.archive_queue_retention_period {
+            map.insert(
+                ARCHIVE_QUEUE_RETENTION_PERIOD.to_owned(),
+                seconds.to_string(),
+            );
+        }
         map.insert(DELAY_SECONDS.to_owned(), self.delay_seconds.to_string());
         map.insert(
             MAXIMUM_MESSAGE_SIZE.to_owned(),
@@ -457,8 +479,30 @@ impl QueueAttributes {
             .get(FIFO_QUEUE)
             .is_some_and(|value| value.eq_ignore_ascii_case("true"));
         let mut attributes = Self::for_kind(fifo);
-        attributes.apply(map)?;
+        attributes.apply(
+            map.iter()
+                .filter(|(name, _)| name.as_str() != ARCHIVE_QUEUE_RETENTION_PERIOD),
+        )?;
+        attributes.archive_queue_retention_period = map
+            .get(ARCHIVE_QUEUE_RETENTION_PERIOD)
+            .map(|value| {
+                parse_ranged(
+                    ARCHIVE_QUEUE_RETENTION_PERIOD,
+                    value,
+                    archive_policy::retention_seconds(archive_policy::MIN_ARCHIVE_RETENTION_DAYS),
+                    archive_policy::retention_seconds(archive_policy::MAX_ARCHIVE_RETENTION_DAYS),
+                )
+            })
+            .transpose()?;
         Ok(attributes)
+    }
+
+    /// The attributes GetQueueAttributes shows, by name: [`Self::to_map`]
+    /// without what only the engine keeps.
+    pub fn to_visible_map(&self) -> BTreeMap<String, String> {
+        let mut map = self.to_map();
+        map.remove(ARCHIVE_QUEUE_RETENTION_PERIOD);
+        map
     }
 
     /// For CreateQueue on an existing queue: the first requested attribute whose

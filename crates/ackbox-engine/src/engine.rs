@@ -472,7 +472,7 @@ impl Engine {
         };
         let mut result: AttributeMap = snapshot
             .attributes
-            .to_map()
+            .to_visible_map()
             .into_iter()
             .filter(|(attribute, _)| wants(attribute))
             .collect();
@@ -561,6 +561,31 @@ impl Engine {
         {
             self.validate_redrive(name, &updated).await?;
         }
+        self.store_attributes(&queue, updated).await
+    }
+
+    /// Makes queue `name` keep each message `seconds` seconds, an
+    /// archive's retention, which may be longer than a queue's.
+    pub(crate) async fn keep_as_archive(
+        &self,
+        name: &QueueName,
+        seconds: i64,
+    ) -> Result<(), EngineError> {
+        let _admin = self.inner.admin.lock().await;
+        let queue = self.queue(name).await?;
+        let mut updated = queue.snapshot().attributes.clone();
+        updated.archive_queue_retention_period = Some(seconds);
+        self.store_attributes(&queue, updated).await
+    }
+
+    /// Stores `queue`'s changed attributes and serves them from now on.
+    /// Under the admin lock.
+    async fn store_attributes(
+        &self,
+        queue: &Queue,
+        updated: QueueAttributes,
+    ) -> Result<(), EngineError> {
+        let current = queue.snapshot();
         let now = self.now();
         self.inner
             .store

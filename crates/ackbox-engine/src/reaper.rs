@@ -49,11 +49,12 @@ pub(crate) fn spawn(engine: &Engine) {
 }
 
 impl Engine {
-    /// Deletes expired messages of every queue, one bounded chunk per queue.
-    pub(crate) async fn sweep_expired(&self) -> u64 {
+    /// Deletes expired messages of every queue, one bounded chunk per
+    /// queue; the reaper calls it every `retention_sweep_interval`.
+    pub async fn sweep_expired(&self) -> u64 {
         let mut total = 0;
         for queue in self.inner.registry.all() {
-            let retention_ms = queue.snapshot().attributes.message_retention_period * 1_000;
+            let retention_ms = queue.snapshot().attributes.retention_seconds() * 1_000;
             let params = MessageExpireParams {
                 queue_id: queue.id,
                 expired_at_or_before: self.now() - retention_ms,

@@ -319,7 +319,7 @@ impl Engine {
 
             let now = self.now();
             let snapshot = queue.snapshot();
-            let retention_ms = snapshot.attributes.message_retention_period * 1_000;
+            let retention_ms = snapshot.attributes.retention_seconds() * 1_000;
             let dead_letter_queue = self.dead_letter_queue(&snapshot.attributes).await;
             let dead_letter =
                 dead_letter_queue

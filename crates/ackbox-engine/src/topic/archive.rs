@@ -6,9 +6,9 @@
 //! each publish stores its archived record there **in the same transaction
 //! as its subscribers' copies**, so the archive holds exactly the publishes
 //! that were acknowledged, and the reaper drops what is past retention as
-//! it does for any queue. A queue keeps a message 14 days at most, so that
-//! is an archive's longest retention here (SNS's 365 are refused, naming
-//! the bound). Standard topics can keep an archive too (SNS: FIFO only).
+//! it does for any queue — a queue that holds an archive keeps a message
+//! up to SNS's 365 days, where any other keeps one 14 days at most.
+//! Standard topics can keep an archive too (SNS: FIFO only).
 //!
 //! Nothing receives from an archive: replays read it in sequence order
 //! without leasing (`Store::message_peek` after a cursor), so any number
@@ -21,7 +21,7 @@ use ackbox_core::archive_policy;
 use ackbox_core::attributes::ARCHIVE_POLICY as QUEUE_ARCHIVE_POLICY;
 use ackbox_core::clock::Timestamp;
 use ackbox_core::error::{ErrorCode, SqsError};
-use ackbox_core::limits::MAX_MESSAGE_SIZE;
+use ackbox_core::limits::{MAX_MESSAGE_SIZE, MAX_RETENTION_SECONDS};
 use ackbox_core::message::MessageAttributes;
 use ackbox_core::queue_name::{QueueName, Realm};
 use ackbox_core::topic_name::TopicName;
@@ -356,10 +356,11 @@ impl Engine {
         };
         self.create_queue(queue.as_str(), &kind, &BTreeMap::new())
             .await?;
+        let retention = archive_policy::retention_seconds(archive.retention_days);
         let attributes = BTreeMap::from([
             (
                 "MessageRetentionPeriod".to_owned(),
-                (archive.retention_days * 86_400).to_string(),
+                retention.min(MAX_RETENTION_SECONDS).to_string(),
             ),
             (
                 "MaximumMessageSize".to_owned(),
@@ -367,6 +368,7 @@ impl Engine {
             ),
         ]);
         self.set_queue_attributes(&queue, &attributes).await?;
+        self.keep_as_archive(&queue, retention).await?;
         Ok(queue)
     }
 
@@ -388,12 +390,12 @@ mod tests {
 
     #[test]
     fn an_archive_policy_refused_names_the_topic_attribute() {
-        let error = parse_archive_policy(r#"{"MessageRetentionPeriod":"365"}"#).unwrap_err();
+        let error = parse_archive_policy(r#"{"MessageRetentionPeriod":"366"}"#).unwrap_err();
         assert!(
             error.message.contains("Attributes.ArchivePolicy"),
             "{error:?}"
         );
-        assert!(error.message.contains("from 1 to 14"), "{error:?}");
+        assert!(error.message.contains("from 1 to 365"), "{error:?}");
     }
 
     #[test]

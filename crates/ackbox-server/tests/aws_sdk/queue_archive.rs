@@ -328,19 +328,64 @@ async fn archiving_off_keeps_the_archive_and_deleting_the_queue_deletes_it() {
 }
 
 #[tokio::test]
+async fn a_queue_keeps_an_archive_a_year_as_sns_does_and_shows_only_sqs_attributes() {
+    let server = TestServer::builder().start().await;
+    let sqs = server.client();
+    let year = r#"{"MessageRetentionPeriod":"365"}"#;
+    let orders = sqs
+        .create_queue()
+        .queue_name("orders")
+        .attributes(archive_policy(), year)
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    let policy = sqs
+        .get_queue_attributes()
+        .queue_url(&orders)
+        .attribute_names(archive_policy())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(policy.attributes().unwrap()[&archive_policy()], year);
+    let (archive_url, _) = archive(&sqs).await;
+    let shown = sqs
+        .get_queue_attributes()
+        .queue_url(&archive_url)
+        .attribute_names(QueueAttributeName::All)
+        .send()
+        .await
+        .unwrap();
+    let shown = shown.attributes().unwrap();
+    // A queue keeps a message 14 days at most, and says so; the reaper
+    // goes by the archive's year (engine test `archive_retention.rs`).
+    assert_eq!(
+        shown[&QueueAttributeName::MessageRetentionPeriod],
+        "1209600"
+    );
+    assert!(
+        shown
+            .keys()
+            .all(|name| !name.as_str().starts_with("AckBox")),
+        "{shown:?}"
+    );
+}
+
+#[tokio::test]
 async fn archive_policies_and_replays_a_queue_cannot_keep_are_refused_naming_why() {
     let server = TestServer::builder().start().await;
     let sqs = server.client();
     let refused = sqs
         .create_queue()
         .queue_name("orders")
-        .attributes(archive_policy(), r#"{"MessageRetentionPeriod":"365"}"#)
+        .attributes(archive_policy(), r#"{"MessageRetentionPeriod":"366"}"#)
         .send()
         .await
         .unwrap_err();
     let message = format!("{:?}", refused.as_service_error());
     assert!(
-        message.contains("AckBoxArchivePolicy") && message.contains("from 1 to 14"),
+        message.contains("AckBoxArchivePolicy") && message.contains("from 1 to 365"),
         "{message}"
     );
     let orders = create(&sqs, "orders").await;

@@ -303,12 +303,12 @@ async fn an_archived_time_range_replays_into_a_queue_as_first_delivered_and_mark
         .set_topic_attributes()
         .topic_arn(&topic)
         .attribute_name("ArchivePolicy")
-        .attribute_value(r#"{"MessageRetentionPeriod":"365"}"#)
+        .attribute_value(r#"{"MessageRetentionPeriod":"366"}"#)
         .send()
         .await
         .unwrap_err();
     assert!(
-        format!("{refused:?}").contains("from 1 to 14"),
+        format!("{refused:?}").contains("from 1 to 365"),
         "{refused:?}"
     );
 
