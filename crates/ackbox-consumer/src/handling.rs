@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use opentelemetry::context::FutureExt;
 use sha2::{Digest, Sha256};
 use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
@@ -29,6 +30,7 @@ use crate::inbox::{Claim, ClaimRequest, Inbox};
 use crate::message::{Delivery, Message};
 use crate::telemetry::Attempt;
 use crate::testing::CrashPoint;
+use crate::trace::AttemptSpan;
 use crate::transport::Transport;
 
 /// Who retries a message that failed transiently.
@@ -175,6 +177,8 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
         let event_type = self.event_types.label(message);
         let mut number = message.receive_count.max(1);
         loop {
+            let trace = AttemptSpan::start(&self.name, &context.queue, message, number);
+            let trace_id = trace.trace_id();
             let attempt = Attempt {
                 consumer: &self.name,
                 queue: &context.queue,
@@ -182,8 +186,9 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
                 effect_key: &effect_key,
                 event_type: &event_type,
                 number,
+                trace_id: trace_id.as_deref(),
             };
-            let (decision, wait) = async {
+            let (decision, failure, wait) = async {
                 let started = Instant::now();
                 let (decision, failure, wait) =
                     match self.attempt(handler, held, &attempt, context).await {
@@ -197,10 +202,13 @@ impl<T: Transport, I: Inbox> Shared<T, I> {
                     };
                 self.stats.count(decision);
                 attempt.record(decision, started.elapsed(), failure.as_ref());
-                (decision, wait.zip(failure))
+                (decision, failure, wait)
             }
             .instrument(attempt.span())
+            .with_context(trace.context())
             .await;
+            trace.end(decision, failure.as_ref());
+            let wait = wait.zip(failure);
             let Some((delay, failure)) = wait else {
                 return decision;
             };

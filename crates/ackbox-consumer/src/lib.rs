@@ -79,6 +79,11 @@
 //! feature `push`, `push::PushEndpoint` takes a topic's `http`/`https`
 //! pushes as deliveries, through the same inbox.
 //!
+//! Each attempt is an OpenTelemetry span continuing the trace of the
+//! message's `traceparent` attribute, and outbox events carry the current
+//! span on ([`trace`]); with the feature `otlp`, `otlp::install` exports
+//! spans to a collector.
+//!
 //! The inbox TTL defaults to the queue's redelivery horizon (maxReceiveCount
 //! × VisibilityTimeout + MessageRetentionPeriod + the dead-letter queue's
 //! retention) plus an hour; a shorter configured TTL is refused at start.
@@ -100,6 +105,8 @@ mod lease;
 mod message;
 #[cfg(feature = "nats")]
 pub mod nats;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 pub mod outbox;
 pub mod projection;
 #[cfg(feature = "push")]
@@ -112,6 +119,7 @@ mod schema;
 mod sqs;
 mod telemetry;
 pub mod testing;
+pub mod trace;
 mod transport;
 
 pub use async_trait::async_trait;

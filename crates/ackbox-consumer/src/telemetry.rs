@@ -77,11 +77,14 @@ pub(crate) struct Attempt<'a> {
     pub(crate) event_type: &'a str,
     /// 1 on the first delivery; counts retries in place too.
     pub(crate) number: u32,
+    /// The trace the attempt's span belongs to ([`crate::trace`]).
+    pub(crate) trace_id: Option<&'a str>,
 }
 
 impl Attempt<'_> {
     /// The span the attempt runs in, so the handler's own logs carry the
-    /// message's identity too.
+    /// message's identity too — and the trace it belongs to, to find it
+    /// among the traces.
     pub(crate) fn span(&self) -> tracing::Span {
         tracing::info_span!(
             "ackbox.consume",
@@ -90,6 +93,7 @@ impl Attempt<'_> {
             event_id = self.message.event_id(),
             effect_key = self.effect_key,
             attempt = self.number,
+            trace_id = self.trace_id,
         )
     }
 
@@ -157,6 +161,7 @@ impl Attempt<'_> {
                     causation_id = message.causation_id(),
                     group_id = message.group_id.as_deref(),
                     attempt = self.number,
+                    trace_id = self.trace_id,
                     decision = decision.as_str(),
                     failure_reason = failure_reason.as_deref(),
                     $text

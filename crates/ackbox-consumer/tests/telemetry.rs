@@ -112,6 +112,10 @@ async fn metrics_and_logs_name_the_event_type_the_decision_and_the_lineage() {
         ("causation_id", "event-0"),
         ("aggregate_id", "order-1"),
         ("aggregate_version", "1"),
+        (
+            "traceparent",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ),
     ];
     broker
         .send_with_attributes(&body("order-1"), &lineage)
@@ -198,6 +202,7 @@ async fn metrics_and_logs_name_the_event_type_the_decision_and_the_lineage() {
         ("aggregate_version", "1"),
         ("correlation_id", "checkout-9"),
         ("causation_id", "event-0"),
+        ("trace_id", "4bf92f3577b34da6a3ce929d0e0e4736"),
     ] {
         assert_eq!(applied[field], value, "{field} in {applied}");
     }
@@ -224,4 +229,9 @@ async fn metrics_and_logs_name_the_event_type_the_decision_and_the_lineage() {
     let attributes: Value = serde_json::from_str(attributes).unwrap();
     assert_eq!(attributes["correlation_id"], "checkout-9");
     assert_eq!(attributes["causation_id"], "event-1");
+    // With no tracer provider, the trace passes through as it came.
+    assert_eq!(
+        attributes["traceparent"],
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    );
 }

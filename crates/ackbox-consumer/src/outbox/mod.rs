@@ -18,7 +18,9 @@
 //!
 //! An event enqueued by a handler inherits the handled message's lineage:
 //! its `correlation_id` attribute (or, when it has none, its event id) and,
-//! as `causation_id`, its event id — unless the event sets its own.
+//! as `causation_id`, its event id — unless the event sets its own. Any
+//! event takes the current OpenTelemetry span as its `traceparent`
+//! ([`crate::trace`]), so its consumer continues the trace.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -78,7 +80,8 @@ impl OutboxEvent {
 
     /// The event with the lineage of the message being handled, when it is
     /// enqueued from a handler: the same correlation id, and that message's
-    /// event id as its cause — unless the event names its own.
+    /// event id as its cause — unless the event names its own; and the
+    /// current span (OpenTelemetry's) as its producer.
     fn with_lineage(mut self) -> Self {
         if let Some(handling) = crate::context::current() {
             self.attributes
@@ -88,6 +91,7 @@ impl OutboxEvent {
                 .entry(CAUSATION_ID_ATTRIBUTE.to_owned())
                 .or_insert(handling.event_id);
         }
+        crate::trace::stamp_current_span(&mut self.attributes);
         self
     }
 }
