@@ -101,6 +101,33 @@ pub(crate) fn published(topic: &TopicName, published: u64, delivered: u64) {
     }
 }
 
+/// What one publish did for subscription `subscription` (a queue's) of
+/// `topic`: copies stored in its queue, and messages its filter policy
+/// kept out.
+pub(crate) fn subscription_deliveries(
+    topic: &TopicName,
+    subscription: &str,
+    delivered: u64,
+    filtered_out: u64,
+) {
+    for (name, amount) in [
+        ("ackbox_subscription_messages_delivered_total", delivered),
+        (
+            "ackbox_subscription_messages_filtered_out_total",
+            filtered_out,
+        ),
+    ] {
+        if amount > 0 {
+            metrics::counter!(
+                name,
+                "topic" => topic.to_string(),
+                "subscription" => subscription.to_owned()
+            )
+            .increment(amount);
+        }
+    }
+}
+
 /// Deliveries `topic` could not make: its subscribed queue is gone.
 pub(crate) fn undeliverable(topic: &TopicName, amount: u64) {
     if amount > 0 {

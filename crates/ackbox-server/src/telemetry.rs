@@ -15,6 +15,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use ackbox_core::error::ErrorCode;
 use ackbox_core::queue_name::QueueName;
 
 use crate::app::AppState;
@@ -57,6 +58,11 @@ pub fn recorder() -> Option<&'static PrometheusHandle> {
             let handle = recorder.handle();
             metrics::set_global_recorder(recorder).ok()?;
             describe();
+            // At zero from the start: a rate over them is zero, not "no data".
+            for code in AUTH_REFUSALS {
+                metrics::counter!("ackbox_auth_refusals_total", "code" => code.query_code())
+                    .absolute(0);
+            }
             Some(handle)
         })
         .as_ref()
@@ -210,6 +216,16 @@ const SERIES: &[(&str, Kind, &str)] = &[
         "Copies a topic could not store: the subscribed queue is gone.",
     ),
     (
+        "ackbox_subscription_messages_delivered_total",
+        Kind::Counter,
+        "Copies a topic stored in a subscribed queue, by topic and subscription.",
+    ),
+    (
+        "ackbox_subscription_messages_filtered_out_total",
+        Kind::Counter,
+        "Messages a subscription's filter policy kept from its queue, by topic and subscription.",
+    ),
+    (
         "ackbox_push_deliveries_total",
         Kind::Counter,
         "Posts to push subscriptions, by topic, subscription and outcome (delivered, retried, dead_lettered, discarded).",
@@ -251,8 +267,18 @@ pub(crate) fn request_finished(
         .record(elapsed);
 }
 
+/// Every code a request is refused with by authentication or authorization.
+const AUTH_REFUSALS: [ErrorCode; 6] = [
+    ErrorCode::MissingAuthenticationToken,
+    ErrorCode::InvalidClientTokenId,
+    ErrorCode::SignatureDoesNotMatch,
+    ErrorCode::IncompleteSignature,
+    ErrorCode::RequestExpired,
+    ErrorCode::AccessDenied,
+];
+
 /// Counts a request refused by authentication or authorization, by its code.
-pub(crate) fn auth_refused(code: ackbox_core::error::ErrorCode) {
+pub(crate) fn auth_refused(code: ErrorCode) {
     metrics::counter!("ackbox_auth_refusals_total", "code" => code.query_code()).increment(1);
 }
 

@@ -418,6 +418,114 @@ async fn every_series_is_described_and_documented() {
     }
 }
 
+/// Series that count what may never happen exist before it does: a rate
+/// over them is zero, not "no data".
+#[tokio::test]
+async fn refusals_and_reclaims_are_series_before_their_first_event() {
+    let server = TestServer::builder().start().await;
+    let text = scrape(&server).await;
+    for code in [
+        "MissingAuthenticationToken",
+        "InvalidClientTokenId",
+        "SignatureDoesNotMatch",
+        "IncompleteSignature",
+        "RequestExpired",
+        "AccessDenied",
+    ] {
+        assert_eq!(
+            sample(
+                &text,
+                "ackbox_auth_refusals_total",
+                &[&format!("code=\"{code}\"")]
+            ),
+            Some(0.0),
+            "{code}"
+        );
+    }
+    // The embedded store's writer returns free pages; PostgreSQL has none.
+    if std::env::var(ackbox_testkit::server::STORE_VARIABLE).as_deref() != Ok("postgres") {
+        assert_eq!(
+            sample(&text, "ackbox_store_reclaim_seconds_count", &[]),
+            Some(0.0),
+            "{text}"
+        );
+    }
+}
+
+/// Prometheus's own checker (`promtool`, from `ACKBOX_TEST_PROMTOOL`;
+/// `.ci/run` provides it): the alert rules parse as rules and PromQL, and a
+/// scrape after traffic of every kind follows the exposition format and
+/// Prometheus's naming conventions.
+#[tokio::test]
+async fn promtool_accepts_the_alert_rules_and_a_scrape() {
+    let Ok(promtool) = std::env::var("ACKBOX_TEST_PROMTOOL") else {
+        eprintln!("skipped: ACKBOX_TEST_PROMTOOL is not set, so promtool checks nothing here");
+        return;
+    };
+    let rules = std::process::Command::new(&promtool)
+        .args(["check", "rules"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../deploy/alerts.yml"
+        ))
+        .output()
+        .unwrap();
+    assert!(
+        rules.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&rules.stdout),
+        String::from_utf8_lossy(&rules.stderr)
+    );
+
+    let server = TestServer::builder().start().await;
+    let (client, sns) = (server.client(), server.sns_client());
+    let (url, _) = with_dead_letter_queue(&client, "checked", "checked-dlq").await;
+    client
+        .send_message()
+        .queue_url(&url)
+        .message_body("m")
+        .send()
+        .await
+        .unwrap();
+    let topic = sns
+        .create_topic()
+        .name("checked")
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    sns.subscribe()
+        .topic_arn(&topic)
+        .protocol("sqs")
+        .endpoint("arn:aws:sqs:us-east-1:000000000000:checked")
+        .send()
+        .await
+        .unwrap();
+    sns.publish()
+        .topic_arn(&topic)
+        .message("m")
+        .send()
+        .await
+        .unwrap();
+    let text = scrape(&server).await;
+    let mut check = std::process::Command::new(&promtool)
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut check.stdin.take().unwrap(), text.as_bytes()).unwrap();
+    let checked = check.wait_with_output().unwrap();
+    assert!(
+        checked.status.success() && checked.stdout.is_empty() && checked.stderr.is_empty(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+}
+
 /// A queue's counters exist at zero from its creation: a rate over them is
 /// zero, not "no data", before anything happened to it.
 #[tokio::test]
@@ -645,4 +753,104 @@ async fn a_deleted_queues_series_leave_with_it() {
         after.contains("# HELP ackbox_messages_sent_total"),
         "descriptions stay"
     );
+}
+
+/// A topic's counters and each subscription's, after publishes whose
+/// count per queue is known: two subscribed queues, one filtering, and one
+/// queue deleted under its subscription.
+#[tokio::test]
+async fn a_topic_and_each_subscription_count_their_copies_and_what_filters_kept_out() {
+    let server = TestServer::builder().start().await;
+    let (client, sns) = (server.client(), server.sns_client());
+    let topic = sns
+        .create_topic()
+        .name("orders")
+        .send()
+        .await
+        .unwrap()
+        .topic_arn
+        .unwrap();
+    let mut subscriptions = Vec::new();
+    for (queue, filter) in [
+        ("everything", None),
+        ("paid-only", Some(r#"{"status":["paid"]}"#)),
+        ("deleted-later", None),
+    ] {
+        create_queue(&client, queue).await;
+        let mut subscribe = sns
+            .subscribe()
+            .topic_arn(&topic)
+            .protocol("sqs")
+            .endpoint(format!("arn:aws:sqs:us-east-1:000000000000:{queue}"));
+        if let Some(filter) = filter {
+            subscribe = subscribe.attributes("FilterPolicy", filter);
+        }
+        let arn = subscribe.send().await.unwrap().subscription_arn.unwrap();
+        subscriptions.push(arn.rsplit(':').next().unwrap().to_owned());
+    }
+    let publish = |status: &'static str| {
+        sns.publish()
+            .topic_arn(&topic)
+            .message("order")
+            .message_attributes(
+                "status",
+                aws_sdk_sns::types::MessageAttributeValue::builder()
+                    .data_type("String")
+                    .string_value(status)
+                    .build()
+                    .unwrap(),
+            )
+            .send()
+    };
+    for status in ["placed", "paid", "shipped"] {
+        publish(status).await.unwrap();
+    }
+    let deleted = client
+        .get_queue_url()
+        .queue_name("deleted-later")
+        .send()
+        .await
+        .unwrap()
+        .queue_url
+        .unwrap();
+    client
+        .delete_queue()
+        .queue_url(deleted)
+        .send()
+        .await
+        .unwrap();
+    publish("paid").await.unwrap();
+
+    let text = scrape(&server).await;
+    let topic_label = "topic=\"orders\"";
+    for (name, expected) in [
+        ("ackbox_topic_messages_published_total", 4.0),
+        // 3 + 1 + 3 before the delete, 2 after.
+        ("ackbox_topic_messages_delivered_total", 9.0),
+        ("ackbox_topic_deliveries_failed_total", 1.0),
+    ] {
+        assert_eq!(
+            sample(&text, name, &[topic_label]),
+            Some(expected),
+            "{name}"
+        );
+    }
+    let of = |name: &str, subscription: &str| {
+        sample(
+            &text,
+            name,
+            &[topic_label, &format!("subscription=\"{subscription}\"")],
+        )
+    };
+    let delivered = "ackbox_subscription_messages_delivered_total";
+    let filtered_out = "ackbox_subscription_messages_filtered_out_total";
+    assert_eq!(of(delivered, &subscriptions[0]), Some(4.0));
+    assert_eq!(
+        of(filtered_out, &subscriptions[0]),
+        None,
+        "it filters nothing"
+    );
+    assert_eq!(of(delivered, &subscriptions[1]), Some(2.0));
+    assert_eq!(of(filtered_out, &subscriptions[1]), Some(2.0));
+    assert_eq!(of(delivered, &subscriptions[2]), Some(3.0));
 }

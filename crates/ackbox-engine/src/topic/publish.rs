@@ -158,15 +158,43 @@ impl Engine {
             outcomes.push(outcome);
         }
         let published = outcomes.iter().filter(|outcome| outcome.is_ok()).count() as u64;
+        // Each subscribed queue's share, counted once stored (a push
+        // subscription's posts are counted by the push worker).
+        let queue_subscriptions: Vec<Option<(&SubscriptionDefinition, u64)>> = targets
+            .iter()
+            .zip(&copies)
+            .map(|(target, offered)| match &target.kind {
+                TargetKind::Subscription(subscription) if !is_push(&subscription.protocol) => {
+                    Some((*subscription, offered.len() as u64))
+                }
+                _ => None,
+            })
+            .collect();
         let stored = self.store_copies(&name, targets, copies).await?;
+        let fresh = |copies: &Option<Vec<InsertedMessage>>| {
+            copies
+                .iter()
+                .flatten()
+                .filter(|copy| !copy.duplicate)
+                .count() as u64
+        };
         let delivered = stored
             .iter()
             .enumerate()
             .filter(|(index, _)| Some(*index) != archive)
-            .flat_map(|(_, copies)| copies.iter().flatten())
-            .filter(|copy| !copy.duplicate)
-            .count() as u64;
+            .map(|(_, copies)| fresh(copies))
+            .sum();
         counters::published(&name, published, delivered);
+        for (subscription, copies) in queue_subscriptions.iter().zip(&stored) {
+            if let Some((subscription, offered)) = subscription {
+                counters::subscription_deliveries(
+                    &name,
+                    &subscription.id,
+                    fresh(copies),
+                    published - offered,
+                );
+            }
+        }
         if definition.is_fifo() {
             let mut first_copies = first_copies.into_iter();
             for published in outcomes.iter_mut().flatten() {

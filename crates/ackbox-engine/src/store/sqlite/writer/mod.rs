@@ -366,6 +366,9 @@ impl Writer {
             Durability::Relaxed { .. } => None,
         };
         connection.wal_hook(Some(note_wal_frames));
+        // Registered now, so the series is there, empty, before the first
+        // step: a rate over it is zero, not "no data".
+        let _registered = metrics::histogram!("ackbox_store_reclaim_seconds");
         let reclaim = Reclaim {
             enabled: connection
                 .query_row("PRAGMA auto_vacuum", [], |row| row.get::<_, i64>(0))
