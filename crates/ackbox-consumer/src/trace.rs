@@ -134,11 +134,12 @@ impl AttemptSpan {
         if let Some(group) = &message.group_id {
             attributes.push(KeyValue::new("messaging.message.group.id", group.clone()));
         }
-        let span = global::tracer(TRACER)
+        let tracer = global::tracer(TRACER);
+        let span = tracer
             .span_builder(format!("process {queue}"))
             .with_kind(SpanKind::Consumer)
             .with_attributes(attributes)
-            .start_with_context(&global::tracer(TRACER), &parent);
+            .start_with_context(&tracer, &parent);
         Self {
             context: parent.with_span(span),
         }
