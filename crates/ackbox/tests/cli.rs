@@ -1148,6 +1148,11 @@ fn serve_logs_plain_values_and_serves_only_once_configured() {
         serving.contains("address=127.0.0.1:") && !serving.contains("Some("),
         "{serving}"
     );
+    let ready = &human[position(&human, "ackbox is ready")];
+    assert!(
+        ready.contains("durability=fsync") && !ready.contains("Fsync"),
+        "{ready}"
+    );
     let json = run("json");
     let serving = &json[position(&json, "serving the SQS API")];
     for line in &json {
@@ -1161,6 +1166,98 @@ fn serve_logs_plain_values_and_serves_only_once_configured() {
             .as_str()
             .is_some_and(|address| address.starts_with("127.0.0.1:")),
         "{serving}"
+    );
+}
+
+/// Help says what a command does and how: every step of a redrive, and a
+/// command's own flags apart from how to reach the broker.
+#[test]
+fn help_lists_every_redrive_step_and_keeps_connection_flags_apart() {
+    let help = |args: &[&str]| {
+        let output = Command::new(BINARY).args(args).output().unwrap();
+        assert!(output.status.success(), "{args:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let redrive = help(&["redrive", "--help"]);
+    for step in ["start", "status", "history", "resume", "cancel"] {
+        assert!(
+            redrive
+                .lines()
+                .any(|line| line.trim_start().starts_with(&format!("{step} "))),
+            "{step} missing from {redrive}"
+        );
+    }
+    let start = help(&["redrive", "start", "-h"]);
+    let (own, connection) = start
+        .split_once("\nConnection:\n")
+        .unwrap_or_else(|| panic!("no Connection section in {start}"));
+    for flag in [
+        "--source",
+        "--dry-run",
+        "--class",
+        "--max-messages",
+        "--sample",
+    ] {
+        assert!(
+            own.contains(flag),
+            "{flag} not among the command's own: {start}"
+        );
+    }
+    for flag in ["--endpoint", "--access-key-id", "--region"] {
+        assert!(
+            connection.contains(flag) && !own.contains(flag),
+            "{flag} not under Connection: {start}"
+        );
+    }
+}
+
+/// A dry run counts what the task would move: no more than
+/// `--max-messages`, and no more than `--sample` before it pauses.
+#[test]
+fn a_dry_run_counts_no_more_than_the_task_would_move() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), free_port(), &[]);
+    let endpoint = server.url();
+    ok_stdout(ackbox(
+        &endpoint,
+        &["queue", "create", "jobs", "--dlq", "jobs-dlq"],
+    ));
+    for body in ["one", "two", "three"] {
+        ok_stdout(ackbox(&endpoint, &["send", "jobs-dlq", body]));
+    }
+    let moves = |limits: &[&str]| -> Value {
+        let mut args = vec![
+            "redrive",
+            "start",
+            "--source",
+            "jobs-dlq",
+            "--dry-run",
+            "--json",
+        ];
+        args.extend_from_slice(limits);
+        let reply: Value = serde_json::from_str(&ok_stdout(ackbox(&endpoint, &args))).unwrap();
+        reply["ApproximateNumberOfMessagesToMove"].clone()
+    };
+    assert_eq!(moves(&[]), 3);
+    assert_eq!(moves(&["--max-messages", "2"]), 2);
+    assert_eq!(moves(&["--max-messages", "5"]), 3);
+    assert_eq!(moves(&["--sample", "1"]), 1);
+    assert_eq!(moves(&["--sample", "2", "--max-messages", "1"]), 1);
+    let human = ok_stdout(ackbox(
+        &endpoint,
+        &[
+            "redrive",
+            "start",
+            "--source",
+            "jobs-dlq",
+            "--dry-run",
+            "--sample",
+            "2",
+        ],
+    ));
+    assert!(
+        human.contains("would move 2 of these") && human.contains("then pause for review"),
+        "{human}"
     );
 }
 
@@ -1631,6 +1728,65 @@ fn assert_short_bench_ran(reports: &[&Value], target: &str) {
         (35.0..=52.5).contains(&rate),
         "{target}: W3 offered 50 msg/s and reports {rate}"
     );
+}
+
+#[test]
+fn bench_fans_out_to_each_subscriber_count_beside_a_send_and_leaves_nothing() {
+    let data_dir = tempfile::tempdir().unwrap();
+    let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), free_port(), &[]);
+    let endpoint = server.url();
+    ok_stdout(ackbox(&endpoint, &["queue", "create", "bystander"]));
+    let said = ok_stdout(ackbox(
+        &endpoint,
+        &[
+            "bench",
+            "--workload",
+            "fanout",
+            "--subscribers",
+            "1,3",
+            "--duration",
+            "1",
+            "-P",
+            "2",
+        ],
+    ));
+    assert!(!said.contains("errors, first"), "{said}");
+    // "median send 1234 msg/s", "median publish to   3 queue(s)          :  987 msg/s = …"
+    let median = |prefix: &str| -> (f64, &str) {
+        let line = said
+            .lines()
+            .find(|line| line.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} in {said}"));
+        let rate = line[prefix.len()..]
+            .trim_start_matches([' ', ':'])
+            .split_whitespace()
+            .next()
+            .and_then(|rate| rate.parse().ok())
+            .unwrap_or_else(|| panic!("no rate in {line:?}"));
+        (rate, line)
+    };
+    assert!(median("median send").0 > 0.0, "{said}");
+    for subscribers in [1, 3] {
+        let (rate, line) = median(&format!("median publish to {subscribers:>3} queue(s)"));
+        assert!(rate > 0.0, "{line}");
+        assert!(
+            line.contains("× send") && line.contains("copies/s"),
+            "{line}"
+        );
+    }
+    // The topics and queues it measured with are gone.
+    let queues = ok_stdout(ackbox(&endpoint, &["queue", "list"]));
+    assert_eq!(queues.lines().count(), 1, "{queues}");
+    let (status, topics) =
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(ackbox_testkit::client::call_json(
+                &endpoint,
+                "SNS_20100331.ListTopics",
+                &serde_json::json!({}),
+            ));
+    assert_eq!(status, 200, "{topics}");
+    assert_eq!(topics["Topics"], serde_json::json!([]), "{topics}");
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! fan-out is atomic. Publishers keep publishing to a topic with three
 //! subscribed queues; the server is killed with `kill -9`; after a restart
 //! every queue holds exactly the same messages — none has one another lacks
-//! — and every acknowledged publish is among them. And a push subscription
+//! — and every acknowledged publish is among them, on each store. And a push subscription
 //! gets every acknowledged publish, however the server died mid-push.
 
 use std::collections::BTreeSet;
@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ackbox_testkit::client::{sns_client, sqs_client};
+use ackbox_testkit::postgres::PostgresSchema;
 use ackbox_testkit::process::{ServerProcess, free_port};
 use ackbox_testkit::writers::{Writers, publish_batch, send_batch};
 use aws_sdk_sns::types::PublishBatchRequestEntry;
@@ -25,6 +26,14 @@ async fn inv11_kill9_mid_publish_leaves_every_queue_the_same_messages() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn inv11_kill9_mid_publish_on_the_log_store_leaves_every_queue_the_same_messages() {
     kill9_mid_publish(&["--store", "log"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn inv11_kill9_mid_publish_on_postgresql_leaves_every_queue_the_same_messages() {
+    let Some(schema) = PostgresSchema::new("a topic's fan-out across kill -9 on PostgreSQL") else {
+        return;
+    };
+    kill9_mid_publish(&schema.serve_args()).await;
 }
 
 async fn kill9_mid_publish(args: &[&str]) {

@@ -367,6 +367,12 @@ async fn a_publish_batch_answers_each_entry_and_stores_the_valid_ones() {
         .await
         .unwrap_err();
     assert_eq!(sns_code(&twice), "BatchEntryIdsNotDistinct");
+    let mut eleven = sns.publish_batch().topic_arn(&topic);
+    for index in 0..11 {
+        eleven = eleven.publish_batch_request_entries(entry(&format!("e{index}"), "many"));
+    }
+    let eleven = eleven.send().await.unwrap_err();
+    assert_eq!(sns_code(&eleven), "TooManyEntriesInBatchRequest");
 }
 
 #[tokio::test]
