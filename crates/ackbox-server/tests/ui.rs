@@ -379,12 +379,14 @@ async fn in_a_real_browser_a_person_creates_a_queue_sends_pages_through_it_and_d
     browser.type_into("input[name='name']", "orders").await;
     browser.click("form.create button").await;
     page_showing(&browser, "Queue created.").await;
+    keep_screenshot(&browser, "dashboard-queue-created.png").await;
 
     browser
         .type_into("textarea[name='body']", "order <1>")
         .await;
     browser.click("form.send button").await;
     page_showing(&browser, "Sent message").await;
+    keep_screenshot(&browser, "dashboard-message-sent.png").await;
     let client = server.client();
     let url = client
         .get_queue_url()
@@ -434,6 +436,7 @@ async fn in_a_real_browser_a_person_creates_a_queue_sends_pages_through_it_and_d
         .await;
     browser.click("form.delete button").await;
     page_showing(&browser, "Deleted queue orders.").await;
+    keep_screenshot(&browser, "dashboard-queue-deleted.png").await;
     let gone = client.get_queue_url().queue_name("orders").send().await;
     assert!(gone.is_err(), "the queue is gone: {gone:?}");
 }
@@ -495,6 +498,7 @@ async fn in_a_real_browser_a_dead_letter_is_read_edited_sent_home_and_another_de
         .await;
     browser.click("form.resend button").await;
     page_showing(&browser, "the original is deleted").await;
+    keep_screenshot(&browser, "dashboard-message-sent-home.png").await;
     let client = server.client();
     let home = client
         .receive_message()
@@ -519,6 +523,7 @@ async fn in_a_real_browser_a_dead_letter_is_read_edited_sent_home_and_another_de
     page_showing(&browser, "Delete this message").await;
     browser.click("form.delete-message button").await;
     page_showing(&browser, "Message deleted.").await;
+    keep_screenshot(&browser, "dashboard-message-deleted.png").await;
     assert_eq!(ackbox_testkit::client::queue_depth(&client, &dlq).await, 1);
 }
 

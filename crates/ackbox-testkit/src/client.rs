@@ -364,6 +364,47 @@ where
     }
 }
 
+/// Creates a standard topic with default attributes; returns its ARN.
+///
+/// # Panics
+/// When the topic cannot be created.
+pub async fn create_topic(sns: &aws_sdk_sns::Client, name: &str) -> String {
+    sns.create_topic()
+        .name(name)
+        .send()
+        .await
+        .expect("CreateTopic succeeds")
+        .topic_arn
+        .expect("CreateTopic returns an ARN")
+}
+
+/// Subscribes queue `name` (of the default account and region) to
+/// `topic`, its messages raw or in SNS's envelope; the subscription's ARN.
+///
+/// # Panics
+/// When the subscription is refused.
+pub async fn subscribe_queue(
+    sns: &aws_sdk_sns::Client,
+    topic: &str,
+    name: &str,
+    raw: bool,
+) -> String {
+    let mut request = sns
+        .subscribe()
+        .topic_arn(topic)
+        .protocol("sqs")
+        .endpoint(format!("arn:aws:sqs:us-east-1:000000000000:{name}"));
+    if raw {
+        request = request.attributes("RawMessageDelivery", "true");
+    }
+    request
+        .send()
+        .await
+        .expect("Subscribe succeeds")
+        .subscription_arn
+        .expect("Subscribe returns an ARN")
+}
+
 /// Creates a queue with default attributes; returns its URL.
 ///
 /// # Panics

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ackbox_testkit::client::{sns_client, sqs_client};
+use ackbox_testkit::client::{create_queue, create_topic, sns_client, sqs_client, subscribe_queue};
 use ackbox_testkit::postgres::PostgresSchema;
 use ackbox_testkit::process::{ServerProcess, free_port};
 use ackbox_testkit::writers::{Writers, publish_batch, send_batch};
@@ -42,33 +42,11 @@ async fn kill9_mid_publish(args: &[&str]) {
     let server = ServerProcess::start(BINARY.as_ref(), data_dir.path(), port, args);
     let sqs = sqs_client(&server.url());
     let sns = sns_client(&server.url());
-    let topic = sns
-        .create_topic()
-        .name("orders")
-        .send()
-        .await
-        .unwrap()
-        .topic_arn
-        .unwrap();
+    let topic = create_topic(&sns, "orders").await;
     let mut urls = Vec::new();
     for name in QUEUES {
-        let url = sqs
-            .create_queue()
-            .queue_name(name)
-            .send()
-            .await
-            .unwrap()
-            .queue_url
-            .unwrap();
-        sns.subscribe()
-            .topic_arn(&topic)
-            .protocol("sqs")
-            .endpoint(format!("arn:aws:sqs:us-east-1:000000000000:{name}"))
-            .attributes("RawMessageDelivery", "true")
-            .send()
-            .await
-            .unwrap();
-        urls.push(url);
+        urls.push(create_queue(&sqs, name).await);
+        subscribe_queue(&sns, &topic, name, true).await;
     }
 
     let writers = Writers::start(6, move |bodies| {

@@ -9,8 +9,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::Value;
 
-use super::topics::create_topic;
 use super::*;
+use ackbox_testkit::client::create_topic;
 
 /// One post the endpoint received.
 #[derive(Debug, Clone)]

@@ -9,8 +9,9 @@ use ackbox_testkit::client::call_json;
 use aws_sdk_sns::types::MessageAttributeValue as SnsAttribute;
 use serde_json::{Value, json};
 
-use super::topics::{create_topic, take_all};
+use super::topics::take_all;
 use super::*;
+use ackbox_testkit::client::create_topic;
 
 const MINUTE: i64 = 60_000;
 

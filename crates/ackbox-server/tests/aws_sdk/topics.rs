@@ -2,6 +2,7 @@
 //! subscribed queue in SNS's envelope or raw, the topic and subscription
 //! actions, and the errors SNS answers with (invariant 11, ARCHITECTURE.md).
 
+use ackbox_testkit::client::{create_topic, subscribe_queue};
 use aws_sdk_sns::types::{MessageAttributeValue as SnsAttribute, PublishBatchRequestEntry, Tag};
 use serde_json::Value;
 
@@ -27,29 +28,6 @@ fn sns_message<E: aws_sdk_sns::error::ProvideErrorMetadata + std::fmt::Debug>(
         }
         other => panic!("expected a service error, got {other:?}"),
     }
-}
-
-pub(super) async fn create_topic(sns: &aws_sdk_sns::Client, name: &str) -> String {
-    sns.create_topic()
-        .name(name)
-        .send()
-        .await
-        .unwrap()
-        .topic_arn
-        .unwrap()
-}
-
-/// Subscribes queue `name` to `topic`; its subscription ARN.
-async fn subscribe(sns: &aws_sdk_sns::Client, topic: &str, name: &str, raw: bool) -> String {
-    let mut request = sns
-        .subscribe()
-        .topic_arn(topic)
-        .protocol("sqs")
-        .endpoint(format!("arn:aws:sqs:us-east-1:000000000000:{name}"));
-    if raw {
-        request = request.attributes("RawMessageDelivery", "true");
-    }
-    request.send().await.unwrap().subscription_arn.unwrap()
 }
 
 /// Every message visible in the queue, leased for a minute.
@@ -83,8 +61,8 @@ async fn a_publish_reaches_every_subscribed_queue_in_the_envelope_or_raw() {
     assert_eq!(topic, "arn:aws:sns:us-east-1:000000000000:orders");
     let wrapped = create(&sqs, "billing").await;
     let raw = create(&sqs, "shipping").await;
-    subscribe(&sns, &topic, "billing", false).await;
-    subscribe(&sns, &topic, "shipping", true).await;
+    subscribe_queue(&sns, &topic, "billing", false).await;
+    subscribe_queue(&sns, &topic, "shipping", true).await;
 
     let published = sns
         .publish()
@@ -175,9 +153,9 @@ async fn topics_and_subscriptions_are_listed_described_changed_and_removed() {
         .await
         .unwrap();
     let queue = create(&sqs, "listener").await;
-    let subscription = subscribe(&sns, &topic, "listener", false).await;
+    let subscription = subscribe_queue(&sns, &topic, "listener", false).await;
     assert_eq!(
-        subscribe(&sns, &topic, "listener", false).await,
+        subscribe_queue(&sns, &topic, "listener", false).await,
         subscription,
         "the same subscription again is the same subscription"
     );
@@ -313,7 +291,7 @@ async fn a_publish_batch_answers_each_entry_and_stores_the_valid_ones() {
     let (sqs, sns) = (server.client(), server.sns_client());
     let topic = create_topic(&sns, "batches").await;
     let queue = create(&sqs, "batch-listener").await;
-    subscribe(&sns, &topic, "batch-listener", true).await;
+    subscribe_queue(&sns, &topic, "batch-listener", true).await;
     let entry = |id: &str, message: &str| {
         PublishBatchRequestEntry::builder()
             .id(id)
@@ -390,8 +368,8 @@ async fn a_copy_one_queue_would_refuse_is_stored_in_no_queue() {
         .queue_url
         .unwrap();
     let large = create(&sqs, "large").await;
-    subscribe(&sns, &topic, "small", true).await;
-    subscribe(&sns, &topic, "large", true).await;
+    subscribe_queue(&sns, &topic, "small", true).await;
+    subscribe_queue(&sns, &topic, "large", true).await;
     let refused = sns
         .publish()
         .topic_arn(&topic)
@@ -550,7 +528,7 @@ async fn filter_policies_pick_what_each_subscription_takes() {
     let by_attribute = create(&sqs, "card-payments").await;
     let by_body = create(&sqs, "big-orders").await;
     let everything = create(&sqs, "everything").await;
-    let card = subscribe(&sns, &topic, "card-payments", true).await;
+    let card = subscribe_queue(&sns, &topic, "card-payments", true).await;
     sns.set_subscription_attributes()
         .subscription_arn(&card)
         .attribute_name("FilterPolicy")
@@ -571,7 +549,7 @@ async fn filter_policies_pick_what_each_subscription_takes() {
         .send()
         .await
         .unwrap();
-    subscribe(&sns, &topic, "everything", true).await;
+    subscribe_queue(&sns, &topic, "everything", true).await;
     let attribute = |data_type: &str, value: &str| {
         SnsAttribute::builder()
             .data_type(data_type)
@@ -730,8 +708,8 @@ async fn a_fifo_topic_keeps_each_groups_order_and_deduplicates_in_every_queue() 
                 .unwrap(),
         );
     }
-    subscribe(&sns, &topic, "billing.fifo", true).await;
-    subscribe(&sns, &topic, "shipping.fifo", false).await;
+    subscribe_queue(&sns, &topic, "billing.fifo", true).await;
+    subscribe_queue(&sns, &topic, "shipping.fifo", false).await;
     create(&sqs, "plain").await;
     let standard = sns
         .subscribe()
