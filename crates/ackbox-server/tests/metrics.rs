@@ -67,6 +67,28 @@ async fn with_dead_letter_queue(
     (url, dlq_arn)
 }
 
+/// Sends `body` to `work` (a queue of [`with_dead_letter_queue`]) and
+/// receives it twice without a word: the second receive moves it to the
+/// dead-letter queue, with no reason given.
+async fn dead_letter_unexplained(client: &aws_sdk_sqs::Client, work: &str, body: &str) {
+    client
+        .send_message()
+        .queue_url(work)
+        .message_body(body)
+        .send()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        client
+            .receive_message()
+            .queue_url(work)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test]
 async fn metrics_count_what_happened_and_show_queue_depths() {
     let server = TestServer::builder().start().await;
@@ -247,22 +269,7 @@ async fn dead_letters_by_class_processing_times_and_move_tasks_are_measured() {
         .unwrap();
     // A fourth is received and never heard of again: past the limit, it
     // moves with no reason given.
-    client
-        .send_message()
-        .queue_url(&work)
-        .message_body("m3")
-        .send()
-        .await
-        .unwrap();
-    for _ in 0..2 {
-        client
-            .receive_message()
-            .queue_url(&work)
-            .visibility_timeout(0)
-            .send()
-            .await
-            .unwrap();
-    }
+    dead_letter_unexplained(&client, &work, "m3").await;
     // A redrive of one message for review: it pauses after it.
     let (status, answer) = call_json(
         &server.url(),
@@ -400,24 +407,8 @@ async fn every_series_is_described_documented_and_made() {
             .await
             .unwrap();
     }
-    // Received once, let go, received again: dead-lettered.
     let (work, _) = with_dead_letter_queue(&client, "described-work", "described-dlq").await;
-    client
-        .send_message()
-        .queue_url(&work)
-        .message_body("poison")
-        .send()
-        .await
-        .unwrap();
-    for _ in 0..2 {
-        client
-            .receive_message()
-            .queue_url(&work)
-            .visibility_timeout(0)
-            .send()
-            .await
-            .unwrap();
-    }
+    dead_letter_unexplained(&client, &work, "poison").await;
 
     let text = scrape(&server).await;
     let documented = std::fs::read_to_string(concat!(
