@@ -345,31 +345,9 @@ async fn dead_letters_by_class_processing_times_and_move_tasks_are_measured() {
     );
 }
 
-/// Series documented in `docs/operations.md` that no traffic of a test's
-/// few seconds makes, and why; each is checked where its event is made.
-const SERIES_OF_RARE_EVENTS: [(&str, &str); 3] = [
-    (
-        "ackbox_push_deliveries_total",
-        "posts to an http endpoint: aws_sdk/push.rs",
-    ),
-    (
-        "ackbox_store_backstop_checkpoint_seconds",
-        "a checkpoint once the WAL holds 32 MiB",
-    ),
-    (
-        "ackbox_postgres_vacuums_total",
-        "PostgreSQL's vacuums of its hot tables, every few minutes",
-    ),
-];
-
-/// Every family the scrape holds has a `# HELP` line and a row in
-/// `docs/operations.md`, and after traffic of every kind (sends, a
-/// receive and delete, a dead letter, publishes delivered, filtered out
-/// and undeliverable) every documented series of this store is there:
-/// a series added without either, or documented and never made, fails here.
-#[tokio::test]
-async fn every_series_is_described_documented_and_made() {
-    let server = TestServer::builder().start().await;
+/// A scrape after traffic of every kind: sends, a receive and delete, a
+/// dead letter, and publishes delivered, filtered out and undeliverable.
+async fn scrape_after_traffic_of_every_kind(server: &TestServer) -> String {
     let (client, sns) = (server.client(), server.sns_client());
     let url = create_queue(&client, "described").await;
     create_queue(&client, "filtered").await;
@@ -410,12 +388,36 @@ async fn every_series_is_described_documented_and_made() {
     let (work, _) = with_dead_letter_queue(&client, "described-work", "described-dlq").await;
     dead_letter_unexplained(&client, &work, "poison").await;
 
-    let text = scrape(&server).await;
-    let documented = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../docs/operations.md"
-    ))
-    .unwrap();
+    scrape(server).await
+}
+
+/// Series documented in `docs/operations.md` that no traffic of a test's
+/// few seconds makes, and why; each is checked where its event is made.
+const SERIES_OF_RARE_EVENTS: [(&str, &str); 3] = [
+    (
+        "ackbox_push_deliveries_total",
+        "posts to an http endpoint: aws_sdk/push.rs",
+    ),
+    (
+        "ackbox_store_backstop_checkpoint_seconds",
+        "a checkpoint once the WAL holds 32 MiB",
+    ),
+    (
+        "ackbox_postgres_vacuums_total",
+        "PostgreSQL's vacuums of its hot tables, every few minutes",
+    ),
+];
+
+/// Every family the scrape holds has a `# HELP` line and a row in
+/// `docs/operations.md`, and after traffic of every kind (sends, a
+/// receive and delete, a dead letter, publishes delivered, filtered out
+/// and undeliverable) every documented series of this store is there:
+/// a series added without either, or documented and never made, fails here.
+#[tokio::test]
+async fn every_series_is_described_documented_and_made() {
+    let server = TestServer::builder().start().await;
+    let text = scrape_after_traffic_of_every_kind(&server).await;
+    let documented = documented_series();
     let families: Vec<&str> = text
         .lines()
         .filter_map(|line| line.strip_prefix("# TYPE "))
@@ -515,24 +517,7 @@ async fn promtool_accepts_the_alert_rules_and_a_scrape() {
     );
 
     let server = TestServer::builder().start().await;
-    let (client, sns) = (server.client(), server.sns_client());
-    let (url, _) = with_dead_letter_queue(&client, "checked", "checked-dlq").await;
-    client
-        .send_message()
-        .queue_url(&url)
-        .message_body("m")
-        .send()
-        .await
-        .unwrap();
-    let topic = create_topic(&sns, "checked").await;
-    subscribe_queue(&sns, &topic, "checked", false).await;
-    sns.publish()
-        .topic_arn(&topic)
-        .message("m")
-        .send()
-        .await
-        .unwrap();
-    let text = scrape(&server).await;
+    let text = scrape_after_traffic_of_every_kind(&server).await;
     let mut check = std::process::Command::new(&promtool)
         .args(["check", "metrics"])
         .stdin(std::process::Stdio::piped())
